@@ -1,0 +1,53 @@
+# flagmeter: PGXS build.  `make demo` and `make test` are the two entry
+# points of the README; both install what they need from Debian first.
+
+PG_CONFIG ?= pg_config
+
+EXTENSION  = flagmeter
+EXTVERSION = 0.1.0
+
+MODULE_big = flagmeter
+OBJS = \
+	src/flagmeter.o \
+	src/counter_core.o \
+	src/counter.o
+
+# The install script is built from one file per concern under sql/parts;
+# released upgrade scripts (sql/flagmeter--A--B.sql) are shipped as they are.
+SQL_PARTS  = $(sort $(wildcard sql/parts/*.sql))
+DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
+DATA       = $(wildcard sql/$(EXTENSION)--*--*.sql)
+
+REGRESS      = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))
+REGRESS_OPTS = --inputdir=test --load-extension=flagmeter
+
+ISOLATION      = $(patsubst test/specs/%.spec,%,$(sort $(wildcard test/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test --load-extension=flagmeter
+
+TAP_TESTS   = 1
+PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
+
+# Warnings are errors when WERROR=1 (make test and CI set it).
+PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
+	-Wno-sign-compare
+ifeq ($(WERROR),1)
+PG_CFLAGS += -Werror
+endif
+
+EXTRA_CLEAN = results output_iso tmp_check regression.diffs regression.out
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+sql/$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS)
+	cat $^ > $@
+
+.PHONY: demo test bench
+demo:
+	bash tools/demo.sh
+
+test:
+	bash tools/test.sh
+
+bench:
+	bash bench/run

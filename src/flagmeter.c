@@ -1,0 +1,16 @@
+/*
+ * flagmeter.c
+ *	  Module entry point.  Each part of flagmeter that needs start-up work
+ *	  has its own init function; _PG_init only calls them.
+ */
+#include "postgres.h"
+#include "fmgr.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+}
