@@ -1,0 +1,1 @@
+SELECT 'flagmeter demo' AS demo;

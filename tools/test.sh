@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# tools/test.sh -- what `make test` (and so .ci/run) runs.
+#
+# Installs missing Debian packages, builds flagmeter with -Werror and installs
+# it, starts a throwaway PostgreSQL 15 cluster (pg_cron preloaded) as an
+# unprivileged user, then runs the three suites through PGXS's
+# `make installcheck` as that user in a copy of the tree:
+#   regress    pg_regress, test/sql/*.sql vs test/expected/*.out
+#   isolation  pg_isolation_regress, test/specs/*.spec
+#   tap        prove, test/t/*.pl (these start their own clusters with
+#              PostgreSQL::Test::Cluster; only PGXS's bindir on PATH matters)
+#
+# Each suite is its own `make installcheck` (the other two switched off on the
+# command line: REGRESS= / ISOLATION= / TAP_TESTS=), because a single
+# `make installcheck` stops at the first failing suite and would hide the
+# results of the others.  Output is shown live and kept in a log per suite,
+# which is then parsed for the summary.
+#
+# Summary: the last line printed is exactly `N passed, M failed` (followed by
+# `, K skipped` only when K > 0).  What is counted:
+#   - one per pg_regress test       (`test foo ... ok` / `... FAILED`)
+#   - one per isolation test        (same format)
+#   - one per TAP test *file*       (a file fails if prove reports it in its
+#                                   "Test Summary Report" with a non-zero wait
+#                                   status, failed assertions or parse errors;
+#                                   files that skip_all count as skipped)
+#   - a suite whose `make installcheck` fails without any failed test above
+#     (e.g. pg_regress could not CREATE EXTENSION, prove crashed) counts as
+#     one more failure, so a non-zero exit never shows "0 failed".
+#   - pg_regress "failed (ignored)" tests are counted as skipped.
+# If setup fails before the tests (packages, build, server start), the line
+# is `0 passed, 1 failed`.
+#
+# On failure, regression.diffs, output_iso/regression.diffs, the tails of the
+# TAP logs (tmp_check/log/*) and of the server log are printed, and the exit
+# status is non-zero.  The cluster is always stopped and the temp dir removed
+# (EXIT trap), so the script can run again straight away.
+
+set -euo pipefail
+
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+SUMMARY_PRINTED=0
+
+on_exit() {
+	local rc=$?
+	fm_cleanup
+	if ((rc != 0 && SUMMARY_PRINTED == 0)); then
+		# Setup failed (or we were interrupted) before any summary.
+		printf '0 passed, 1 failed\n'
+	fi
+	exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# count_regress LOG: "passed failed ignored" from pg_regress-style output.
+# PG15 prints `test %-28s ... ok  <n> ms` (serial) or `     %-28s ... ok`
+# (inside a parallel group); failures say FAILED (possibly after a note such as
+# "(test process exited with exit code 2)"), ignored ones "failed (ignored)".
+count_regress() {
+	awk '
+		/^(test |     )[^ ]+ +\.\.\. / {
+			if ($0 ~ /failed \(ignored\)/) i++
+			else if ($0 ~ /FAILED/) f++
+			else if ($0 ~ /\.\.\. +ok/) p++
+		}
+		END { printf "%d %d %d\n", p, f, i }' "$1"
+}
+
+# count_tap LOG: "passed failed skipped" TAP files from prove output.
+# Total files from prove's closing `Files=N, Tests=...` line; failed files
+# from its "Test Summary Report" entries, which look like
+#   test/t/001_smoke.pl (Wstat: 256 (exited 1) Tests: 2 Failed: 1)
+#     Parse errors: No plan found in TAP output
+# (an entry with Wstat 0, Failed 0 and no parse errors is only "TODO passed",
+# not a failure); skipped files from `test/t/x.pl .. skipped: reason`.
+count_tap() {
+	awk '
+		/^Files=[0-9]+, Tests=/ { s = $0; sub(/^Files=/, "", s); sub(/,.*/, "", s); files = s + 0 }
+		/^[^ ]+\.pl +\.+ skipped/ { skipped++ }
+		/^[^ ]+ +\(Wstat: / {
+			cur = $1; w = 0; f = 0
+			for (k = 1; k < NF; k++) {
+				if ($k == "(Wstat:") w = $(k + 1) + 0
+				if ($k == "Failed:") f = $(k + 1) + 0
+			}
+			if (w != 0 || f != 0) bad[cur] = 1
+			next
+		}
+		/^  +Parse errors:/ && cur != "" { bad[cur] = 1 }
+		END {
+			nb = 0; for (k in bad) nb++
+			p = files - nb - skipped; if (p < 0) p = 0
+			printf "%d %d %d\n", p, nb, skipped
+		}' "$1"
+}
+
+TOTAL_PASSED=0
+TOTAL_FAILED=0
+TOTAL_SKIPPED=0
+ANY_STAGE_FAILED=0
+declare -A SUITE_FAILED=()  # suite name -> 1 when it had a failure
+
+# run_suite NAME COUNTER MAKE-OVERRIDES...: one `make installcheck` as the
+# unprivileged user in the copy, tee'd to $FM_TMP/NAME.log, then counted.
+run_suite() {
+	local name=$1 counter=$2 log=$FM_TMP/$1.log rc=0 p f s
+	shift 2
+	fm_log "suite $name: make installcheck $*"
+	(cd "$FM_SRC" && run_as_pg make --no-print-directory installcheck \
+		PG_CONFIG="$FM_PG_CONFIG" "$@") 2>&1 | tee "$log" || rc=$?
+	read -r p f s < <("$counter" "$log")
+	if ((rc != 0)); then
+		ANY_STAGE_FAILED=1
+		if ((f == 0)); then
+			fm_err "suite $name: make installcheck exited $rc without a failed test; counting 1 failure"
+			f=1
+		fi
+	fi
+	if ((f > 0)); then
+		SUITE_FAILED[$name]=1
+	fi
+	fm_log "suite $name: $p passed, $f failed, $s skipped"
+	TOTAL_PASSED=$((TOTAL_PASSED + p))
+	TOTAL_FAILED=$((TOTAL_FAILED + f))
+	TOTAL_SKIPPED=$((TOTAL_SKIPPED + s))
+}
+
+# has_files GLOB: true if the glob matches at least one file.
+has_files() { compgen -G "$1" >/dev/null; }
+
+# show_failure_details: what is needed to understand the failed suites,
+# printed before the temp dir is deleted (FLAGMETER_KEEP_TMP=1 keeps it all,
+# e.g. results/*.out of a test that has no expected output yet).
+show_failure_details() {
+	local f
+	for f in "$FM_SRC/regression.diffs" "$FM_SRC/output_iso/regression.diffs"; do
+		if [[ -s $f ]]; then
+			printf '\n======== %s ========\n' "${f#"$FM_SRC"/}"
+			cat "$f"
+		fi
+	done
+	if [[ -n ${SUITE_FAILED[tap]:-} && -d $FM_SRC/tmp_check/log ]]; then
+		for f in "$FM_SRC"/tmp_check/log/*; do
+			[[ -f $f ]] || continue
+			printf '\n======== tail of %s ========\n' "${f#"$FM_SRC"/}"
+			tail -n 60 "$f"
+		done
+	fi
+	# The harness's own server serves pg_regress and isolation only.
+	if [[ -n ${SUITE_FAILED[regress]:-}${SUITE_FAILED[isolation]:-} && -s $FM_TMP/server.log ]]; then
+		printf '\n======== tail of server.log (throwaway cluster) ========\n'
+		tail -n 40 "$FM_TMP/server.log"
+	fi
+	printf '\n'
+}
+
+main() {
+	fm_init
+	install_deps
+	fm_make_workdir
+	build_and_install
+	fm_chown_workdir
+	start_cluster
+
+	if has_files "$FM_SRC/test/sql/*.sql"; then
+		run_suite regress count_regress ISOLATION= TAP_TESTS=
+	else
+		fm_log "suite regress: no test/sql/*.sql, skipped"
+	fi
+	if has_files "$FM_SRC/test/specs/*.spec"; then
+		run_suite isolation count_regress REGRESS= TAP_TESTS=
+	else
+		fm_log "suite isolation: no test/specs/*.spec, skipped"
+	fi
+	if has_files "$FM_SRC/test/t/*.pl"; then
+		run_suite tap count_tap REGRESS= ISOLATION=
+	else
+		fm_log "suite tap: no test/t/*.pl, skipped"
+	fi
+
+	if ((TOTAL_PASSED + TOTAL_FAILED == 0)); then
+		# A green run that tested nothing must not look like success.
+		fm_err "no test ran"
+		TOTAL_FAILED=1
+	fi
+
+	local rc=0
+	if ((TOTAL_FAILED > 0 || ANY_STAGE_FAILED)); then
+		rc=1
+		show_failure_details
+	fi
+
+	# Stop and clean up now, so that the summary really is the last line.
+	fm_cleanup
+
+	local summary="$TOTAL_PASSED passed, $TOTAL_FAILED failed"
+	if ((TOTAL_SKIPPED > 0)); then
+		summary+=", $TOTAL_SKIPPED skipped"
+	fi
+	printf '%s\n' "$summary"
+	SUMMARY_PRINTED=1
+	return "$rc"
+}
+
+main "$@"
