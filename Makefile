@@ -10,7 +10,8 @@ MODULE_big = flagmeter
 OBJS = \
 	src/flagmeter.o \
 	src/counter_core.o \
-	src/counter.o
+	src/counter.o \
+	src/period.o
 
 # The install script is built from one file per concern under sql/parts;
 # released upgrade scripts (sql/flagmeter--A--B.sql) are shipped as they are.
