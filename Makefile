@@ -11,7 +11,10 @@ OBJS = \
 	src/flagmeter.o \
 	src/counter_core.o \
 	src/counter.o \
-	src/period.o
+	src/period.o \
+	src/statements.o \
+	src/limits.o \
+	src/accounting.o
 
 # The install script is built from one file per concern under sql/parts;
 # released upgrade scripts (sql/flagmeter--A--B.sql) are shipped as they are.

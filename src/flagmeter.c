@@ -6,6 +6,10 @@
 #include "postgres.h"
 #include "fmgr.h"
 
+#include "utils/guc.h"
+
+#include "accounting.h"
+
 PG_MODULE_MAGIC;
 
 void		_PG_init(void);
@@ -13,4 +17,6 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
+	fm_accounting_init();
+	MarkGUCPrefixReserved("flagmeter");
 }

@@ -1,0 +1,175 @@
+-- ---------------------------------------------------------------------------
+-- Usage accounting: the tables behind track / consume / check / void / usage.
+--
+-- Writers never share a row (DESIGN.md, Mechanisms 1-3):
+--   events      one insert-only row per recorded event (audit, rollups,
+--               recounts);
+--   counters    per tenant, meter and period, a few quota_counter rows:
+--               stripe 0 is the row consume locks and updates, stripes 1..N
+--               take track's increments, chosen by backend so concurrent
+--               trackers of one tenant do not queue behind each other.  The
+--               period's usage is the merge of its rows: O(stripes), not
+--               O(events);
+--   event_keys  idempotency keys and the decisions given for them.
+-- ---------------------------------------------------------------------------
+
+CREATE TYPE flagmeter.decision AS (
+	granted		boolean,
+	used		bigint,
+	quota		bigint,
+	remaining	bigint,
+	resets_at	timestamptz,
+	overage		bigint,
+	meter		text
+);
+COMMENT ON TYPE flagmeter.decision IS
+'answer of consume and check: granted, used and remaining after the call (unchanged when denied), quota and remaining NULL when unlimited, resets_at NULL for lifetime, overage = used beyond the quota (soft limits)';
+
+CREATE TABLE flagmeter.events (
+	tenant			text NOT NULL,
+	meter			text NOT NULL,
+	amount			bigint NOT NULL,
+	occurred_at		timestamptz NOT NULL,
+	recorded_at		timestamptz NOT NULL,
+	idempotency_key	text
+);
+CREATE INDEX events_tenant_meter_time ON flagmeter.events (tenant, meter, occurred_at);
+COMMENT ON TABLE flagmeter.events IS
+'every recorded event, insert-only (voids are marked in event_keys)';
+
+CREATE TABLE flagmeter.counters (
+	tenant			text NOT NULL,
+	meter			text NOT NULL,
+	period_start	timestamptz NOT NULL,
+	stripe			smallint NOT NULL,
+	counter			flagmeter.quota_counter NOT NULL,
+	PRIMARY KEY (tenant, meter, period_start, stripe)
+) WITH (fillfactor = 50);	-- room for HOT updates of the same row
+COMMENT ON TABLE flagmeter.counters IS
+'usage per tenant, meter and period, in stripes merged on read; stripe 0 is consume''s, 1..N track''s';
+
+CREATE TABLE flagmeter.event_keys (
+	tenant			text NOT NULL,
+	idempotency_key	text NOT NULL,
+	seq				smallint NOT NULL,
+	meter			text NOT NULL,
+	amount			bigint NOT NULL,
+	occurred_at		timestamptz NOT NULL,
+	period_start	timestamptz NOT NULL,
+	recorded_at		timestamptz NOT NULL,
+	kind			text NOT NULL
+		CONSTRAINT event_keys_kind_valid
+		CHECK (kind OPERATOR(pg_catalog.=) ANY (ARRAY['track', 'consume'])),
+	granted			boolean NOT NULL,
+	used			bigint,
+	quota			bigint,
+	remaining		bigint,
+	resets_at		timestamptz,
+	overage			bigint,
+	voided_at		timestamptz,
+	PRIMARY KEY (tenant, idempotency_key, seq)
+);
+COMMENT ON TABLE flagmeter.event_keys IS
+'idempotency keys: what each key recorded (one row per meter, seq in call order) and the decision returned for it; voided_at marks voided events';
+
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.events', '');
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.counters', '');
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.event_keys', '');
+
+-- The calls ------------------------------------------------------------------------
+
+CREATE FUNCTION flagmeter.track(tenant text, meter text, amount bigint DEFAULT 1,
+	occurred_at timestamptz DEFAULT now(), idempotency_key text DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'fm_track'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.track(text, text, bigint, timestamptz, text) IS
+'records usage (amount >= 0) in the period containing occurred_at; false when the idempotency key was already recorded; never blocks on other writers of the tenant';
+
+CREATE FUNCTION flagmeter.track_batch(tenants text[], meters text[], amounts bigint[],
+	occurred_at timestamptz[] DEFAULT NULL, idempotency_keys text[] DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'fm_track_batch'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.track_batch(text[], text[], bigint[], timestamptz[], text[]) IS
+'records many events at once (arrays of equal length; occurred_at NULL means now(), a NULL key means none); returns how many were counted (duplicates of already recorded keys are skipped); all or nothing on error';
+
+CREATE FUNCTION flagmeter.consume(tenant text, meter text, amount bigint DEFAULT 1,
+	idempotency_key text DEFAULT NULL)
+RETURNS flagmeter.decision
+AS 'MODULE_PATHNAME', 'fm_consume'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.consume(text, text, bigint, text) IS
+'atomically checks the limit and records amount (> 0) if granted; never grants past a hard limit; a retried idempotency key returns the original decision';
+
+CREATE FUNCTION flagmeter.consume(tenant text, meters text[], amounts bigint[],
+	idempotency_key text DEFAULT NULL)
+RETURNS SETOF flagmeter.decision
+AS 'MODULE_PATHNAME', 'fm_consume_multi'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 2;
+COMMENT ON FUNCTION flagmeter.consume(text, text[], bigint[], text) IS
+'all-or-nothing consume across several meters: one decision per meter in argument order, all granted or none recorded';
+
+CREATE FUNCTION flagmeter.check(tenant text, meter text, amount bigint DEFAULT 1)
+RETURNS flagmeter.decision
+AS 'MODULE_PATHNAME', 'fm_check'
+LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL SAFE;
+COMMENT ON FUNCTION flagmeter.check(text, text, bigint) IS
+'the decision consume would give for amount (>= 0) now, without recording anything';
+
+CREATE FUNCTION flagmeter.usage(tenant text, meter text, at timestamptz DEFAULT now())
+RETURNS flagmeter.quota_counter
+AS 'MODULE_PATHNAME', 'fm_usage'
+LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL SAFE;
+COMMENT ON FUNCTION flagmeter.usage(text, text, timestamptz) IS
+'the quota_counter of the period containing at, carrying the limit in force; exact (sees all committed events and the caller''s own)';
+
+CREATE FUNCTION flagmeter.void(tenant text, idempotency_key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'fm_void'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.void(text, text) IS
+'cancels the event(s) recorded under an idempotency key: usage goes down by their amount; false when already voided or when the key''s consume was denied; an unknown key is an error';
+
+-- Recount after the boundaries of the current period moved --------------------
+
+-- Called by the catalog functions when a change of period kind, anchor or
+-- time zone moves the boundaries of the current period of (tenant, meter):
+-- its counter is rebuilt from the raw events.  The SHARE ROW EXCLUSIVE lock
+-- waits for in-flight track/consume calls (they hold ROW EXCLUSIVE on
+-- counters from before they read the configuration) and holds new ones
+-- until the change commits, so no event is counted under the old
+-- boundaries after the recount.
+CREATE FUNCTION flagmeter.recount_current_period(tenant text, meter text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	cfg record;
+	b record;
+BEGIN
+	LOCK TABLE flagmeter.counters IN SHARE ROW EXCLUSIVE MODE;
+	SELECT * INTO cfg FROM flagmeter.limit_config(tenant, meter);
+	IF NOT FOUND THEN
+		RETURN;
+	END IF;
+	SELECT * INTO b FROM flagmeter.period_bounds(now(), cfg.period, cfg.anchor, cfg.timezone);
+
+	DELETE FROM flagmeter.counters c
+	WHERE c.tenant = recount_current_period.tenant AND c.meter = recount_current_period.meter
+	  AND c.period_start = b.period_start;
+
+	INSERT INTO flagmeter.counters (tenant, meter, period_start, stripe, counter)
+	SELECT recount_current_period.tenant, recount_current_period.meter, b.period_start, 0,
+	       flagmeter.quota_counter_agg(e.amount, e.occurred_at)
+	FROM flagmeter.events e
+	WHERE e.tenant = recount_current_period.tenant AND e.meter = recount_current_period.meter
+	  AND e.occurred_at >= b.period_start AND e.occurred_at < b.period_end
+	  AND NOT EXISTS (SELECT FROM flagmeter.event_keys k
+	                  WHERE k.tenant = e.tenant AND k.idempotency_key = e.idempotency_key
+	                    AND k.meter = e.meter AND k.voided_at IS NOT NULL)
+	HAVING count(*) > 0;
+END $$;
+COMMENT ON FUNCTION flagmeter.recount_current_period(text, text) IS
+'rebuilds the counter of the current period of a tenant and meter from the raw events (after its boundaries moved); pauses ingest briefly';

@@ -1,0 +1,1280 @@
+/*
+ * accounting.c
+ *	  The calls an app makes on every request: track, track_batch, consume
+ *	  (one meter and all-or-nothing across meters), check, usage and void.
+ *
+ * Where usage lives (see sql/parts/40_usage.sql): a raw row per event in
+ * flagmeter.events, and per tenant, meter and period a few quota_counter
+ * rows in flagmeter.counters that are merged on read.  track adds to the
+ * stripe of its backend; consume locks stripe 0 of the period (the one row
+ * where the limit serializes), reads the merged usage in a fresh snapshot,
+ * decides, and writes stripe 0.  All writes are in the caller's
+ * transaction: a rollback leaves nothing, a commit makes the usage durable.
+ *
+ * Every call first takes ROW EXCLUSIVE on flagmeter.counters, before it
+ * reads the configuration; flagmeter.recount_current_period() takes SHARE
+ * ROW EXCLUSIVE, so a change of period boundaries never races a writer.
+ */
+#include "postgres.h"
+#include "fmgr.h"
+#include "funcapi.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/timestamp.h"
+
+#include "accounting.h"
+#include "compat.h"
+#include "counter.h"
+#include "limits.h"
+#include "period.h"
+#include "statements.h"
+
+/* flagmeter.stripes: how many counter rows track spreads a period over */
+static int	fm_stripes = 16;
+
+/* Most meters one multi-meter consume may name (documented). */
+#define FM_MAX_METERS_PER_CONSUME 64
+
+#define EQ " OPERATOR(pg_catalog.=) "
+
+/* ---------------------------------------------------------------------
+ * Statements
+ * ---------------------------------------------------------------------
+ */
+static FmStatement insert_event_stmt = {
+	"INSERT INTO flagmeter.events"
+	" (tenant, meter, amount, occurred_at, recorded_at, idempotency_key)"
+	" VALUES ($1, $2, $3, $4, $5, $6)",
+	6, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID}
+};
+
+static FmStatement add_to_stripe_stmt = {
+	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)"
+	" VALUES ($1, $2, $3, $4, $5)"
+	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE"
+	" SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter",
+	5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2OID, FM_TYPE_COUNTER}
+};
+
+static FmStatement read_period_stmt = {
+	"SELECT counter FROM flagmeter.counters"
+	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+static FmStatement lock_stripe0_stmt = {
+	"SELECT counter FROM flagmeter.counters"
+	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
+	" AND stripe" EQ "0::smallint FOR UPDATE",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+static FmStatement create_stripe0_stmt = {
+	"INSERT INTO flagmeter.counters (tenant, meter, period_start, stripe, counter)"
+	" VALUES ($1, $2, $3, 0, 'used=0 events=0 max=0')"
+	" ON CONFLICT (tenant, meter, period_start, stripe) DO NOTHING",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+static FmStatement write_stripe0_stmt = {
+	"UPDATE flagmeter.counters SET counter = $4"
+	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
+	" AND stripe" EQ "0::smallint",
+	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, FM_TYPE_COUNTER}
+};
+
+static FmStatement claim_key_stmt = {
+	"INSERT INTO flagmeter.event_keys"
+	" (tenant, idempotency_key, seq, meter, amount, occurred_at, period_start,"
+	"  recorded_at, kind, granted, used, quota, remaining, resets_at, overage)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+	" ON CONFLICT (tenant, idempotency_key, seq) DO NOTHING",
+	15, {TEXTOID, TEXTOID, INT2OID, TEXTOID, INT8OID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, INT8OID, INT8OID,
+	INT8OID, TIMESTAMPTZOID, INT8OID}
+};
+
+static FmStatement read_key_stmt = {
+	"SELECT kind, meter, granted, used, quota, remaining, resets_at, overage"
+	" FROM flagmeter.event_keys"
+	" WHERE tenant" EQ "$1 AND idempotency_key" EQ "$2 ORDER BY seq",
+	2, {TEXTOID, TEXTOID}
+};
+
+static FmStatement lock_key_stmt = {
+	"SELECT meter, amount, occurred_at, granted, voided_at IS NOT NULL"
+	" FROM flagmeter.event_keys"
+	" WHERE tenant" EQ "$1 AND idempotency_key" EQ "$2 ORDER BY seq FOR UPDATE",
+	2, {TEXTOID, TEXTOID}
+};
+
+static FmStatement mark_voided_stmt = {
+	"UPDATE flagmeter.event_keys SET voided_at = $3"
+	" WHERE tenant" EQ "$1 AND idempotency_key" EQ "$2",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+static FmStatement lock_period_stmt = {
+	"SELECT counter FROM flagmeter.counters"
+	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
+	" ORDER BY stripe FOR UPDATE",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+static FmStatement drop_stripes_stmt = {
+	"DELETE FROM flagmeter.counters"
+	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
+	" AND stripe OPERATOR(pg_catalog.<>) 0::smallint",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+static FmStatement set_stripe0_stmt = {
+	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)"
+	" VALUES ($1, $2, $3, 0, $4)"
+	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE"
+	" SET counter = EXCLUDED.counter",
+	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, FM_TYPE_COUNTER}
+};
+
+static FmStatement insert_events_batch_stmt = {
+	"INSERT INTO flagmeter.events"
+	" (tenant, meter, amount, occurred_at, recorded_at, idempotency_key)"
+	" SELECT u.t, u.m, u.a, u.o, $5, u.k"
+	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
+	"                pg_catalog.unnest($4), pg_catalog.unnest($6)) AS u(t, m, a, o, k)",
+	6, {TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID,
+	TIMESTAMPTZOID, TEXTARRAYOID}
+};
+
+static FmStatement add_to_stripes_batch_stmt = {
+	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)"
+	" SELECT u.t, u.m, u.p, $4, u.q"
+	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
+	"                pg_catalog.unnest($5)) AS u(t, m, p, q)"
+	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE"
+	" SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter",
+	5, {TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT2OID,
+	FM_TYPE_COUNTER_ARRAY}
+};
+
+/* ---------------------------------------------------------------------
+ * Helpers
+ * ---------------------------------------------------------------------
+ */
+
+void
+fm_accounting_init(void)
+{
+	DefineCustomIntVariable("flagmeter.stripes",
+							gettext_noop("Number of counter rows track spreads each tenant's period over."),
+							gettext_noop("Concurrent track calls of one tenant write different rows when they "
+										 "run in backends with different stripes; reads merge all rows."),
+							&fm_stripes,
+							16, 1, 1024,
+							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+}
+
+/* The stripe this backend's track calls write (1..flagmeter.stripes). */
+static int16
+my_stripe(void)
+{
+	return (int16) (1 + (FM_MY_BACKEND_NUMBER % fm_stripes));
+}
+
+/* Serialize against recount_current_period; see the file header. */
+static void
+lock_counters_for_write(void)
+{
+	LockRelationOid(fm_relation_oid("counters"), RowExclusiveLock);
+}
+
+static FmCounter
+empty_counter(void)
+{
+	FmCounter	c;
+
+	fm_counter_init(&c);
+	return c;
+}
+
+/* Merge of the counters in the current SPI result (column 1). */
+static FmCounter
+merge_result_rows(void)
+{
+	FmCounter	total = empty_counter();
+	uint64		i;
+
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+									  1, &isnull);
+
+		if (!isnull)
+			fm_counter_report(fm_counter_merge(&total, DatumGetFmCounterP(d)));
+	}
+	return total;
+}
+
+/* The period's usage: merge of all its rows, in the snapshot SPI takes. */
+static FmCounter
+read_period(const char *tenant, const char *meter, TimestampTz period_start,
+			bool read_only)
+{
+	Datum		args[3];
+
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	args[2] = TimestampTzGetDatum(period_start);
+	fm_execute(&read_period_stmt, args, NULL, read_only, 0);
+	return merge_result_rows();
+}
+
+/* Lock stripe 0 of the period, creating it first if needed. */
+static void
+lock_stripe0(const char *tenant, const char *meter, TimestampTz period_start)
+{
+	Datum		args[3];
+
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	args[2] = TimestampTzGetDatum(period_start);
+	fm_execute(&lock_stripe0_stmt, args, NULL, false, 0);
+	if (SPI_processed == 0)
+	{
+		fm_execute(&create_stripe0_stmt, args, NULL, false, 0);
+		fm_execute(&lock_stripe0_stmt, args, NULL, false, 0);
+		if (SPI_processed != 1)
+			elog(ERROR, "could not lock the counter of tenant \"%s\" meter \"%s\"",
+				 tenant, meter);
+	}
+}
+
+static FmCounter
+stripe0_counter(void)
+{
+	return merge_result_rows();
+}
+
+static void
+insert_event(const char *tenant, const char *meter, int64 amount,
+			 TimestampTz occurred_at, const char *key)
+{
+	Datum		args[6];
+	char		nulls[6] = "      ";
+
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	args[2] = Int64GetDatum(amount);
+	args[3] = TimestampTzGetDatum(occurred_at);
+	args[4] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	if (key)
+		args[5] = CStringGetTextDatum(key);
+	else
+		nulls[5] = 'n';
+	fm_execute(&insert_event_stmt, args, nulls, false, 0);
+}
+
+/*
+ * Record the idempotency key (one row per meter, seq in call order).
+ * Returns false when the key is already recorded: by a committed
+ * transaction, or by one that commits while we wait on its row.
+ */
+static bool
+claim_key(const char *tenant, const char *key, int seq, const char *meter,
+		  int64 amount, TimestampTz occurred_at, TimestampTz period_start,
+		  const char *kind, const FmDecision *decision)
+{
+	Datum		args[15];
+	char		nulls[16] = "               ";
+
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(key);
+	args[2] = Int16GetDatum((int16) seq);
+	args[3] = CStringGetTextDatum(meter);
+	args[4] = Int64GetDatum(amount);
+	args[5] = TimestampTzGetDatum(occurred_at);
+	args[6] = TimestampTzGetDatum(period_start);
+	args[7] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	args[8] = CStringGetTextDatum(kind);
+	if (decision == NULL)
+	{
+		args[9] = BoolGetDatum(true);
+		memset(nulls + 10, 'n', 5);
+	}
+	else
+	{
+		args[9] = BoolGetDatum(decision->granted);
+		args[10] = Int64GetDatum(decision->used);
+		args[11] = Int64GetDatum(decision->quota);
+		args[12] = Int64GetDatum(decision->remaining);
+		args[13] = TimestampTzGetDatum(decision->resets_at);
+		args[14] = Int64GetDatum(decision->overage);
+		if (!decision->limited)
+			nulls[11] = nulls[12] = nulls[14] = 'n';
+		if (!decision->resets)
+			nulls[13] = 'n';
+	}
+	fm_execute(&claim_key_stmt, args, nulls, false, 0);
+	return SPI_processed == 1;
+}
+
+/* Build a flagmeter.decision tuple. */
+static HeapTuple
+decision_tuple(TupleDesc desc, const FmDecision *d)
+{
+	Datum		values[7];
+	bool		nulls[7] = {false, false, false, false, false, false, false};
+
+	values[0] = BoolGetDatum(d->granted);
+	values[1] = Int64GetDatum(d->used);
+	values[2] = Int64GetDatum(d->quota);
+	values[3] = Int64GetDatum(d->remaining);
+	values[4] = TimestampTzGetDatum(d->resets_at);
+	values[5] = Int64GetDatum(d->overage);
+	values[6] = CStringGetTextDatum(d->meter);
+	if (!d->limited)
+		nulls[2] = nulls[3] = nulls[5] = true;
+	if (!d->resets)
+		nulls[4] = true;
+	return heap_form_tuple(desc, values, nulls);
+}
+
+/*
+ * The decisions remembered for a key, in seq order, copied out of SPI
+ * memory; *n = 0 when the key is unknown.  kind_out gets the kind of the
+ * first row.
+ */
+static FmDecision *
+remembered_decisions(const char *tenant, const char *key, int *n,
+					 bool read_only, char **kind_out)
+{
+	Datum		args[2];
+	FmDecision *out;
+	uint64		i;
+
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(key);
+	fm_execute(&read_key_stmt, args, NULL, read_only, 0);
+	*n = (int) SPI_processed;
+	if (SPI_processed == 0)
+		return NULL;
+
+	/* SPI_palloc: the results must outlive SPI_finish */
+	out = SPI_palloc(sizeof(FmDecision) * SPI_processed);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		Datum		d;
+		FmDecision *dec = &out[i];
+
+		if (i == 0)
+		{
+			char	   *kind = TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull));
+			size_t		len = strlen(kind) + 1;
+
+			*kind_out = SPI_palloc(len);
+			memcpy(*kind_out, kind, len);
+		}
+		{
+			char	   *meter = TextDatumGetCString(SPI_getbinval(row, desc, 2, &isnull));
+			size_t		len = strlen(meter) + 1;
+			char	   *copy = SPI_palloc(len);
+
+			memcpy(copy, meter, len);
+			dec->meter = copy;
+		}
+		dec->granted = DatumGetBool(SPI_getbinval(row, desc, 3, &isnull));
+		d = SPI_getbinval(row, desc, 4, &isnull);
+		dec->used = isnull ? 0 : DatumGetInt64(d);
+		d = SPI_getbinval(row, desc, 5, &isnull);
+		dec->limited = !isnull;
+		dec->quota = isnull ? 0 : DatumGetInt64(d);
+		d = SPI_getbinval(row, desc, 6, &isnull);
+		dec->remaining = isnull ? 0 : DatumGetInt64(d);
+		d = SPI_getbinval(row, desc, 7, &isnull);
+		dec->resets = !isnull;
+		dec->resets_at = isnull ? 0 : DatumGetTimestampTz(d);
+		d = SPI_getbinval(row, desc, 8, &isnull);
+		dec->overage = isnull ? 0 : DatumGetInt64(d);
+	}
+	return out;
+}
+
+static void
+key_used_by_track(const char *tenant, const char *key)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNIQUE_VIOLATION),
+			 errmsg("idempotency key \"%s\" of tenant \"%s\" was recorded by track",
+					key, tenant),
+			 errdetail("A key names one event; consume cannot reuse a key of track.")));
+}
+
+/* ---------------------------------------------------------------------
+ * track
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * track(tenant, meter, amount, occurred_at, idempotency_key) -> boolean
+ *
+ * Records amount in the period containing occurred_at: a raw event row
+ * and an increment of this backend's stripe.  Returns false, recording
+ * nothing, when the key is already recorded.  Writes no row that another
+ * backend's track of the same tenant writes (unless two backends share a
+ * stripe), so writers of one tenant do not queue behind each other.
+ */
+PG_FUNCTION_INFO_V1(fm_track);
+Datum
+fm_track(PG_FUNCTION_ARGS)
+{
+	char	   *tenant = fm_arg_tenant(fcinfo, 0);
+	char	   *meter = fm_arg_meter(fcinfo, 1);
+	char	   *key = fm_arg_key(fcinfo, 4);
+	int64		amount;
+	TimestampTz occurred_at;
+	FmLimit		limit;
+	TimestampTz period_start;
+	TimestampTz period_end;
+	FmCounter	delta;
+	Datum		args[5];
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("amount must not be NULL")));
+	amount = PG_GETARG_INT64(2);
+	fm_check_amount(amount, true);
+	if (PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("occurred_at must not be NULL")));
+	occurred_at = PG_GETARG_TIMESTAMPTZ(3);
+	fm_check_timestamp(occurred_at);
+
+	lock_counters_for_write();
+	SPI_connect();
+	fm_load_limit(tenant, meter, false, &limit);
+	fm_period_bounds(limit.period, limit.anchor, limit.tz, occurred_at,
+					 &period_start, &period_end);
+
+	if (key && !claim_key(tenant, key, 0, meter, amount, occurred_at,
+						  period_start, "track", NULL))
+	{
+		SPI_finish();
+		PG_RETURN_BOOL(false);
+	}
+
+	insert_event(tenant, meter, amount, occurred_at, key);
+
+	delta = empty_counter();
+	fm_counter_report(fm_counter_add_event(&delta, amount, occurred_at));
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	args[2] = TimestampTzGetDatum(period_start);
+	args[3] = Int16GetDatum(my_stripe());
+	args[4] = FmCounterPGetDatum(&delta);
+	fm_execute(&add_to_stripe_stmt, args, NULL, false, 0);
+
+	/*
+	 * The period's usage must stay representable: merging its rows raises
+	 * 22003 (and rolls the event back) when this event would overflow it.
+	 */
+	(void) read_period(tenant, meter, period_start, false);
+
+	SPI_finish();
+	PG_RETURN_BOOL(true);
+}
+
+/* ---------------------------------------------------------------------
+ * track_batch
+ * ---------------------------------------------------------------------
+ */
+
+/* One (tenant, meter): its limit, loaded once per batch. */
+typedef struct BatchLimitEntry
+{
+	char		key[FM_TENANT_MAX_BYTES + 1 + 64 + 1];	/* tenant \0 meter */
+	FmLimit		limit;
+} BatchLimitEntry;
+
+/* One (tenant, meter, period): the increment of the batch. */
+typedef struct BatchGroupKey
+{
+	char		tenant_meter[FM_TENANT_MAX_BYTES + 1 + 64 + 1];
+	TimestampTz period_start;
+} BatchGroupKey;
+
+typedef struct BatchGroupEntry
+{
+	BatchGroupKey key;
+	int			first;			/* an event of the group, for its names */
+	FmCounter	delta;
+} BatchGroupEntry;
+
+static void
+tenant_meter_key(char *buf, const char *tenant, const char *meter)
+{
+	size_t		tlen = strlen(tenant);
+
+	memset(buf, 0, FM_TENANT_MAX_BYTES + 1 + 64 + 1);
+	memcpy(buf, tenant, tlen);
+	memcpy(buf + tlen + 1, meter, strlen(meter));
+}
+
+/* Elements of a 1-D text array argument; NULL elements as NULL pointers. */
+static char **
+text_array_arg(FunctionCallInfo fcinfo, int argno, const char *what, int *n,
+			   bool nulls_allowed)
+{
+	ArrayType  *arr;
+	Datum	   *elems;
+	bool	   *isnull;
+	char	  **out;
+	int			i;
+
+	arr = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", what)));
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &isnull, n);
+	out = palloc(sizeof(char *) * Max(*n, 1));
+	for (i = 0; i < *n; i++)
+	{
+		if (isnull[i])
+		{
+			if (!nulls_allowed)
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("%s must not contain NULLs", what)));
+			out[i] = NULL;
+		}
+		else
+			out[i] = TextDatumGetCString(elems[i]);
+	}
+	return out;
+}
+
+static void
+check_array_length(const char *what, int n, int expected)
+{
+	if (n != expected)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s has %d elements, expected %d", what, n, expected),
+				 errdetail("The arrays of one call are parallel: element i of each describes event i.")));
+}
+
+/*
+ * Elements of a 1-D bigint array argument that must have expected
+ * elements, none NULL, each a valid amount.
+ */
+static int64 *
+amount_array_arg(FunctionCallInfo fcinfo, int argno, int expected,
+				 bool zero_allowed)
+{
+	ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(argno);
+	Datum	   *elems;
+	bool	   *isnull;
+	int64	   *out;
+	int			n,
+				i;
+
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("amounts must be a one-dimensional array")));
+	deconstruct_array(arr, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+					  &elems, &isnull, &n);
+	check_array_length("amounts", n, expected);
+	out = palloc(sizeof(int64) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		if (isnull[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("amounts must not contain NULLs")));
+		out[i] = DatumGetInt64(elems[i]);
+		fm_check_amount(out[i], zero_allowed);
+	}
+	return out;
+}
+
+static void
+null_array_argument(const char *what)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("%s must not be NULL", what)));
+}
+
+/*
+ * track_batch(tenants[], meters[], amounts[], occurred_at[], keys[]) -> bigint
+ *
+ * The same guarantees as track for many events: everything is validated
+ * before anything is written, and the call writes one statement of raw
+ * events and one increment per (tenant, meter, period) of the batch.
+ * Keyed events already recorded (or repeated within the batch) are
+ * skipped; the result is how many events were counted.
+ */
+PG_FUNCTION_INFO_V1(fm_track_batch);
+Datum
+fm_track_batch(PG_FUNCTION_ARGS)
+{
+	char	  **tenants;
+	char	  **meters;
+	char	  **keys = NULL;
+	int64	   *amounts;
+	TimestampTz *occurred;
+	TimestampTz *period_starts;
+	bool	   *counted;
+	int			n,
+				n2,
+				i;
+	int64		ncounted = 0;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	HASHCTL		ctl;
+	HTAB	   *limits;
+	HTAB	   *groups;
+
+	if (PG_ARGISNULL(0))
+		null_array_argument("tenants");
+	if (PG_ARGISNULL(1))
+		null_array_argument("meters");
+	if (PG_ARGISNULL(2))
+		null_array_argument("amounts");
+
+	/* Validate every argument before writing anything. */
+	tenants = text_array_arg(fcinfo, 0, "tenants", &n, false);
+	meters = text_array_arg(fcinfo, 1, "meters", &n2, false);
+	check_array_length("meters", n2, n);
+	amounts = amount_array_arg(fcinfo, 2, n, true);
+	occurred = palloc(sizeof(TimestampTz) * Max(n, 1));
+	if (PG_ARGISNULL(3))
+	{
+		for (i = 0; i < n; i++)
+			occurred[i] = now;
+	}
+	else
+	{
+		ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(3);
+		Datum	   *elems;
+		bool	   *isnull;
+
+		if (ARR_NDIM(arr) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("occurred_at must be a one-dimensional array")));
+		deconstruct_array(arr, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+						  &elems, &isnull, &n2);
+		check_array_length("occurred_at", n2, n);
+		for (i = 0; i < n; i++)
+			occurred[i] = isnull[i] ? now : DatumGetTimestampTz(elems[i]);
+	}
+	if (!PG_ARGISNULL(4))
+	{
+		keys = text_array_arg(fcinfo, 4, "idempotency_keys", &n2, true);
+		check_array_length("idempotency_keys", n2, n);
+	}
+	for (i = 0; i < n; i++)
+	{
+		fm_check_tenant(tenants[i]);
+		fm_check_meter_name(meters[i]);
+		fm_check_timestamp(occurred[i]);
+		if (keys && keys[i])
+			fm_check_key(keys[i]);
+	}
+	if (n == 0)
+		PG_RETURN_INT64(0);
+
+	lock_counters_for_write();
+	SPI_connect();
+
+	/* The limit of each distinct (tenant, meter), and each event's period. */
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(((BatchLimitEntry *) 0)->key);
+	ctl.entrysize = sizeof(BatchLimitEntry);
+	ctl.hcxt = CurrentMemoryContext;
+	limits = hash_create("flagmeter batch limits", 64, &ctl,
+						 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	period_starts = palloc(sizeof(TimestampTz) * n);
+	counted = palloc(sizeof(bool) * n);
+	for (i = 0; i < n; i++)
+	{
+		char		hkey[sizeof(((BatchLimitEntry *) 0)->key)];
+		BatchLimitEntry *entry;
+		bool		found;
+		TimestampTz end;
+
+		tenant_meter_key(hkey, tenants[i], meters[i]);
+		entry = hash_search(limits, hkey, HASH_ENTER, &found);
+		if (!found)
+			fm_load_limit(tenants[i], meters[i], false, &entry->limit);
+		fm_period_bounds(entry->limit.period, entry->limit.anchor, entry->limit.tz,
+						 occurred[i], &period_starts[i], &end);
+		counted[i] = true;
+	}
+
+	/* Claim keys one by one: a repeat within the batch is a duplicate too. */
+	if (keys)
+	{
+		for (i = 0; i < n; i++)
+			if (keys[i] != NULL)
+				counted[i] = claim_key(tenants[i], keys[i], 0, meters[i], amounts[i],
+									   occurred[i], period_starts[i], "track", NULL);
+	}
+
+	/* Raw events and per-group increments of the counted events. */
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(BatchGroupKey);
+	ctl.entrysize = sizeof(BatchGroupEntry);
+	ctl.hcxt = CurrentMemoryContext;
+	groups = hash_create("flagmeter batch groups", 64, &ctl,
+						 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	{
+		Datum	   *ev_tenants = palloc(sizeof(Datum) * n);
+		Datum	   *ev_meters = palloc(sizeof(Datum) * n);
+		Datum	   *ev_amounts = palloc(sizeof(Datum) * n);
+		Datum	   *ev_occurred = palloc(sizeof(Datum) * n);
+		Datum	   *ev_keys = palloc(sizeof(Datum) * n);
+		bool	   *ev_key_nulls = palloc(sizeof(bool) * n);
+		int			dims[1];
+		int			lbs[1] = {1};
+		Datum		args[6];
+		int			ngroups;
+		HASH_SEQ_STATUS scan;
+		BatchGroupEntry *group;
+
+		for (i = 0; i < n; i++)
+		{
+			BatchGroupKey gkey;
+			BatchGroupEntry *entry;
+			bool		found;
+
+			if (!counted[i])
+				continue;
+			ev_tenants[ncounted] = CStringGetTextDatum(tenants[i]);
+			ev_meters[ncounted] = CStringGetTextDatum(meters[i]);
+			ev_amounts[ncounted] = Int64GetDatum(amounts[i]);
+			ev_occurred[ncounted] = TimestampTzGetDatum(occurred[i]);
+			ev_key_nulls[ncounted] = !(keys && keys[i]);
+			ev_keys[ncounted] = ev_key_nulls[ncounted] ? (Datum) 0 :
+				CStringGetTextDatum(keys[i]);
+			ncounted++;
+
+			memset(&gkey, 0, sizeof(gkey));
+			tenant_meter_key(gkey.tenant_meter, tenants[i], meters[i]);
+			gkey.period_start = period_starts[i];
+			entry = hash_search(groups, &gkey, HASH_ENTER, &found);
+			if (!found)
+			{
+				entry->first = i;
+				entry->delta = empty_counter();
+			}
+			fm_counter_report(fm_counter_add_event(&entry->delta, amounts[i], occurred[i]));
+		}
+
+		if (ncounted > 0)
+		{
+			dims[0] = (int) ncounted;
+			args[0] = PointerGetDatum(construct_array(ev_tenants, ncounted, TEXTOID, -1, false, TYPALIGN_INT));
+			args[1] = PointerGetDatum(construct_array(ev_meters, ncounted, TEXTOID, -1, false, TYPALIGN_INT));
+			args[2] = PointerGetDatum(construct_array(ev_amounts, ncounted, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			args[3] = PointerGetDatum(construct_array(ev_occurred, ncounted, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			args[4] = TimestampTzGetDatum(now);
+			args[5] = PointerGetDatum(construct_md_array(ev_keys, ev_key_nulls, 1, dims, lbs,
+														 TEXTOID, -1, false, TYPALIGN_INT));
+			fm_execute(&insert_events_batch_stmt, args, NULL, false, 0);
+
+			ngroups = (int) hash_get_num_entries(groups);
+			{
+				Datum	   *g_tenants = palloc(sizeof(Datum) * ngroups);
+				Datum	   *g_meters = palloc(sizeof(Datum) * ngroups);
+				Datum	   *g_starts = palloc(sizeof(Datum) * ngroups);
+				Datum	   *g_counters = palloc(sizeof(Datum) * ngroups);
+				int			g = 0;
+
+				hash_seq_init(&scan, groups);
+				while ((group = hash_seq_search(&scan)) != NULL)
+				{
+					g_tenants[g] = CStringGetTextDatum(tenants[group->first]);
+					g_meters[g] = CStringGetTextDatum(meters[group->first]);
+					g_starts[g] = TimestampTzGetDatum(group->key.period_start);
+					g_counters[g] = FmCounterPGetDatum(fm_counter_copy(&group->delta));
+					g++;
+				}
+				args[0] = PointerGetDatum(construct_array(g_tenants, ngroups, TEXTOID, -1, false, TYPALIGN_INT));
+				args[1] = PointerGetDatum(construct_array(g_meters, ngroups, TEXTOID, -1, false, TYPALIGN_INT));
+				args[2] = PointerGetDatum(construct_array(g_starts, ngroups, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+				args[3] = Int16GetDatum(my_stripe());
+				args[4] = PointerGetDatum(construct_array(g_counters, ngroups, fm_counter_type_oid(),
+														  FM_COUNTER_SIZE, false, TYPALIGN_DOUBLE));
+				fm_execute(&add_to_stripes_batch_stmt, args, NULL, false, 0);
+
+				/* every period touched must stay representable, as in track */
+				hash_seq_init(&scan, groups);
+				while ((group = hash_seq_search(&scan)) != NULL)
+					(void) read_period(tenants[group->first], meters[group->first],
+									   group->key.period_start, false);
+			}
+		}
+	}
+
+	SPI_finish();
+	PG_RETURN_INT64(ncounted);
+}
+
+/* ---------------------------------------------------------------------
+ * consume
+ * ---------------------------------------------------------------------
+ */
+typedef struct ConsumeItem
+{
+	const char *meter;
+	int64		amount;
+	FmLimit		limit;
+	TimestampTz period_start;
+	TimestampTz period_end;
+	FmCounter	stripe0;		/* stripe 0 as locked */
+} ConsumeItem;
+
+static int
+compare_items_by_meter(const void *a, const void *b)
+{
+	return strcmp((*(ConsumeItem *const *) a)->meter,
+				  (*(ConsumeItem *const *) b)->meter);
+}
+
+/*
+ * The heart of consume: decide and record all items or none.  Returns the
+ * decisions in item order (memory that outlives SPI).
+ *
+ * Stripe 0 of every item's period is locked, in meter-name order so that
+ * concurrent multi-meter consumes cannot deadlock, before the usage is
+ * read: in READ COMMITTED the read then sees every consume that committed
+ * before us, so a hard limit is never exceeded.  Tracked usage is read as
+ * committed; track itself is never refused.
+ */
+static FmDecision *
+consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
+{
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	FmDecision *decisions;
+	FmCounter  *afters;
+	ConsumeItem **order;
+	bool		all_granted = true;
+	int			i;
+
+	lock_counters_for_write();
+	SPI_connect();
+
+	for (i = 0; i < n; i++)
+	{
+		fm_load_limit(tenant, items[i].meter, false, &items[i].limit);
+		fm_period_bounds(items[i].limit.period, items[i].limit.anchor,
+						 items[i].limit.tz, now,
+						 &items[i].period_start, &items[i].period_end);
+	}
+
+	/* A retried key: the original decision, nothing recorded. */
+	if (key)
+	{
+		int			nremembered;
+		char	   *kind = NULL;
+		FmDecision *remembered = remembered_decisions(tenant, key, &nremembered,
+													  false, &kind);
+
+		if (nremembered > 0)
+		{
+			if (strcmp(kind, "track") == 0)
+				key_used_by_track(tenant, key);
+			SPI_finish();
+			return remembered;
+		}
+	}
+
+	order = palloc(sizeof(ConsumeItem *) * n);
+	for (i = 0; i < n; i++)
+		order[i] = &items[i];
+	qsort(order, n, sizeof(ConsumeItem *), compare_items_by_meter);
+	for (i = 0; i < n; i++)
+	{
+		lock_stripe0(tenant, order[i]->meter, order[i]->period_start);
+		order[i]->stripe0 = stripe0_counter();
+	}
+
+	decisions = SPI_palloc(sizeof(FmDecision) * n);
+	afters = palloc(sizeof(FmCounter) * n);
+	for (i = 0; i < n; i++)
+	{
+		FmCounter	current = read_period(tenant, items[i].meter,
+										  items[i].period_start, false);
+
+		fm_decide(&items[i].limit, &current, items[i].amount, now,
+				  items[i].period_end, true, &decisions[i], NULL);
+		decisions[i].meter = items[i].meter;
+		if (!decisions[i].granted)
+			all_granted = false;
+		/* stripe 0 after recording, checked for overflow before any write */
+		afters[i] = items[i].stripe0;
+		fm_counter_report(fm_counter_add_event(&afters[i], items[i].amount, now));
+	}
+
+	/* All or nothing: one refusal refuses every meter, usage unchanged. */
+	if (!all_granted)
+	{
+		for (i = 0; i < n; i++)
+		{
+			FmCounter	current = read_period(tenant, items[i].meter,
+											  items[i].period_start, false);
+
+			fm_decide(&items[i].limit, &current, items[i].amount, now,
+					  items[i].period_end, false, &decisions[i], NULL);
+			decisions[i].meter = items[i].meter;
+			decisions[i].granted = false;
+		}
+	}
+
+	if (key)
+	{
+		for (i = 0; i < n; i++)
+		{
+			if (!claim_key(tenant, key, i, items[i].meter, items[i].amount, now,
+						   items[i].period_start, "consume", &decisions[i]))
+			{
+				/* a concurrent call with this key committed first */
+				int			nremembered;
+				char	   *kind = NULL;
+				FmDecision *remembered = remembered_decisions(tenant, key,
+															  &nremembered,
+															  false, &kind);
+
+				if (nremembered > 0 && strcmp(kind, "track") == 0)
+					key_used_by_track(tenant, key);
+				SPI_finish();
+				return remembered;
+			}
+		}
+	}
+
+	if (all_granted)
+	{
+		for (i = 0; i < n; i++)
+		{
+			Datum		args[4];
+
+			args[0] = CStringGetTextDatum(tenant);
+			args[1] = CStringGetTextDatum(items[i].meter);
+			args[2] = TimestampTzGetDatum(items[i].period_start);
+			args[3] = FmCounterPGetDatum(&afters[i]);
+			fm_execute(&write_stripe0_stmt, args, NULL, false, 0);
+			insert_event(tenant, items[i].meter, items[i].amount, now, key);
+		}
+	}
+
+	SPI_finish();
+	return decisions;
+}
+
+/* consume(tenant, meter, amount, idempotency_key) -> decision */
+PG_FUNCTION_INFO_V1(fm_consume);
+Datum
+fm_consume(PG_FUNCTION_ARGS)
+{
+	char	   *tenant = fm_arg_tenant(fcinfo, 0);
+	ConsumeItem item;
+	char	   *key = fm_arg_key(fcinfo, 3);
+	FmDecision *decision;
+	TupleDesc	desc;
+
+	memset(&item, 0, sizeof(item));
+	item.meter = fm_arg_meter(fcinfo, 1);
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("amount must not be NULL")));
+	item.amount = PG_GETARG_INT64(2);
+	fm_check_amount(item.amount, false);
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "consume must return flagmeter.decision");
+	desc = BlessTupleDesc(desc);
+
+	decision = consume_items(tenant, &item, 1, key);
+	PG_RETURN_DATUM(HeapTupleGetDatum(decision_tuple(desc, &decision[0])));
+}
+
+/* consume(tenant, meters[], amounts[], idempotency_key) -> setof decision */
+PG_FUNCTION_INFO_V1(fm_consume_multi);
+Datum
+fm_consume_multi(PG_FUNCTION_ARGS)
+{
+	char	   *tenant = fm_arg_tenant(fcinfo, 0);
+	char	   *key = fm_arg_key(fcinfo, 3);
+	char	  **meters;
+	int64	   *amounts;
+	ConsumeItem *items;
+	FmDecision *decisions;
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			n,
+				i,
+				j;
+
+	if (PG_ARGISNULL(1))
+		null_array_argument("meters");
+	if (PG_ARGISNULL(2))
+		null_array_argument("amounts");
+	meters = text_array_arg(fcinfo, 1, "meters", &n, false);
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("meters must not be empty")));
+	if (n > FM_MAX_METERS_PER_CONSUME)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many meters in one consume: %d", n),
+				 errdetail("One consume names at most %d meters.", FM_MAX_METERS_PER_CONSUME)));
+
+	amounts = amount_array_arg(fcinfo, 2, n, false);
+	items = palloc0(sizeof(ConsumeItem) * n);
+	for (i = 0; i < n; i++)
+		items[i].amount = amounts[i];
+	for (i = 0; i < n; i++)
+	{
+		fm_check_meter_name(meters[i]);
+		for (j = 0; j < i; j++)
+			if (strcmp(meters[i], meters[j]) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("meter \"%s\" is listed twice", meters[i]),
+						 errhint("Add the amounts up into one element.")));
+		items[i].meter = meters[i];
+	}
+
+	decisions = consume_items(tenant, items, n, key);
+
+	InitMaterializedSRF(fcinfo, 0);
+	for (i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult,
+							decision_tuple(rsinfo->setDesc, &decisions[i]));
+	return (Datum) 0;
+}
+
+/* ---------------------------------------------------------------------
+ * check and usage: read only, in the caller's snapshot
+ * ---------------------------------------------------------------------
+ */
+
+/* check(tenant, meter, amount) -> decision */
+PG_FUNCTION_INFO_V1(fm_check);
+Datum
+fm_check(PG_FUNCTION_ARGS)
+{
+	char	   *tenant = fm_arg_tenant(fcinfo, 0);
+	char	   *meter = fm_arg_meter(fcinfo, 1);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	int64		amount;
+	FmLimit		limit;
+	TimestampTz period_start;
+	TimestampTz period_end;
+	FmCounter	current;
+	FmDecision	decision;
+	TupleDesc	desc;
+	HeapTuple	tuple;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("amount must not be NULL")));
+	amount = PG_GETARG_INT64(2);
+	fm_check_amount(amount, true);
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "check must return flagmeter.decision");
+	desc = BlessTupleDesc(desc);
+
+	SPI_connect();
+	fm_load_limit(tenant, meter, true, &limit);
+	fm_period_bounds(limit.period, limit.anchor, limit.tz, now,
+					 &period_start, &period_end);
+	current = read_period(tenant, meter, period_start, true);
+	SPI_finish();
+
+	fm_decide(&limit, &current, amount, now, period_end, false, &decision, NULL);
+	decision.meter = meter;
+	tuple = decision_tuple(desc, &decision);
+	PG_RETURN_DATUM(HeapTupleGetDatum(tuple));
+}
+
+/* usage(tenant, meter, at) -> quota_counter of the period containing at */
+PG_FUNCTION_INFO_V1(fm_usage);
+Datum
+fm_usage(PG_FUNCTION_ARGS)
+{
+	char	   *tenant = fm_arg_tenant(fcinfo, 0);
+	char	   *meter = fm_arg_meter(fcinfo, 1);
+	TimestampTz at;
+	FmLimit		limit;
+	TimestampTz period_start;
+	TimestampTz period_end;
+	FmCounter	current;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("at must not be NULL")));
+	at = PG_GETARG_TIMESTAMPTZ(2);
+	fm_check_timestamp(at);
+
+	SPI_connect();
+	fm_load_limit(tenant, meter, true, &limit);
+	fm_period_bounds(limit.period, limit.anchor, limit.tz, at,
+					 &period_start, &period_end);
+	current = read_period(tenant, meter, period_start, true);
+	SPI_finish();
+
+	if (limit.limited)
+	{
+		current.flags |= FM_COUNTER_HAS_LIMIT;
+		current.limit_value = limit.quota;
+	}
+	PG_RETURN_FMCOUNTER_P(fm_counter_copy(&current));
+}
+
+/* ---------------------------------------------------------------------
+ * void
+ * ---------------------------------------------------------------------
+ */
+typedef struct VoidItem
+{
+	char	   *meter;
+	int64		amount;
+	TimestampTz occurred_at;
+} VoidItem;
+
+static int
+compare_void_items(const void *a, const void *b)
+{
+	return strcmp(((const VoidItem *) a)->meter, ((const VoidItem *) b)->meter);
+}
+
+/*
+ * Take one voided event out of the counters of its period: all stripes of
+ * the period are locked (in stripe order) and folded into stripe 0 minus
+ * the event, since the event may sit in any stripe.
+ */
+static void
+void_in_counters(const char *tenant, const VoidItem *item)
+{
+	FmLimit		limit;
+	TimestampTz period_start;
+	TimestampTz period_end;
+	FmCounter	total;
+	Datum		args[4];
+
+	fm_load_limit(tenant, item->meter, false, &limit);
+	fm_period_bounds(limit.period, limit.anchor, limit.tz, item->occurred_at,
+					 &period_start, &period_end);
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(item->meter);
+	args[2] = TimestampTzGetDatum(period_start);
+	fm_execute(&lock_period_stmt, args, NULL, false, 0);
+	total = merge_result_rows();
+
+	/*
+	 * The period's counters cannot hold the event when its boundaries moved
+	 * after the event was recorded into a period that was not recounted:
+	 * then only the raw event is marked voided.
+	 */
+	if (fm_counter_void(&total, item->amount) != FM_OK)
+		return;
+
+	fm_execute(&drop_stripes_stmt, args, NULL, false, 0);
+	args[3] = FmCounterPGetDatum(&total);
+	fm_execute(&set_stripe0_stmt, args, NULL, false, 0);
+}
+
+/*
+ * void(tenant, idempotency_key) -> boolean
+ *
+ * Cancels what the key recorded: true when voided now, false when it was
+ * already voided or recorded nothing (a denied consume).  An unknown key
+ * is an error.  The key's rows are locked first, so two concurrent voids
+ * of one key void once.
+ */
+PG_FUNCTION_INFO_V1(fm_void);
+Datum
+fm_void(PG_FUNCTION_ARGS)
+{
+	char	   *tenant = fm_arg_tenant(fcinfo, 0);
+	char	   *key;
+	Datum		args[3];
+	VoidItem   *items;
+	int			n,
+				i;
+	bool		already_voided;
+	bool		granted;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("idempotency_key must not be NULL")));
+	key = fm_arg_key(fcinfo, 1);
+
+	lock_counters_for_write();
+	SPI_connect();
+
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(key);
+	fm_execute(&lock_key_stmt, args, NULL, false, 0);
+	n = (int) SPI_processed;
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("idempotency key \"%s\" of tenant \"%s\" does not exist",
+						key, tenant),
+				 errhint("Only events recorded with an idempotency key can be voided.")));
+
+	items = palloc(sizeof(VoidItem) * n);
+	granted = true;
+	already_voided = false;
+	for (i = 0; i < n; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+
+		items[i].meter = TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull));
+		items[i].amount = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
+		items[i].occurred_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull));
+		granted = granted && DatumGetBool(SPI_getbinval(row, desc, 4, &isnull));
+		already_voided = already_voided || DatumGetBool(SPI_getbinval(row, desc, 5, &isnull));
+	}
+	if (!granted || already_voided)
+	{
+		SPI_finish();
+		PG_RETURN_BOOL(false);
+	}
+
+	args[2] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	fm_execute(&mark_voided_stmt, args, NULL, false, 0);
+
+	qsort(items, n, sizeof(VoidItem), compare_void_items);
+	for (i = 0; i < n; i++)
+		void_in_counters(tenant, &items[i]);
+
+	SPI_finish();
+	PG_RETURN_BOOL(true);
+}

@@ -1,0 +1,254 @@
+/*
+ * limits.c
+ *	  The limit in force for a tenant and meter (read through
+ *	  flagmeter.limit_config, the one definition of it), the decision a
+ *	  limit gives, and the argument checks shared by every call.
+ */
+#include "postgres.h"
+#include "fmgr.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "counter.h"
+#include "limits.h"
+#include "statements.h"
+
+/* Meter and plan names: see flagmeter.check_name(). */
+#define FM_NAME_MAX_BYTES 63
+
+static FmStatement load_limit_stmt = {
+	"SELECT aggregation, quota, period, mode, thresholds, anchor, timezone"
+	" FROM flagmeter.limit_config($1, $2)",
+	2, {TEXTOID, TEXTOID}
+};
+
+static FmAggregation
+aggregation_from_name(const char *name)
+{
+	if (strcmp(name, "sum") == 0)
+		return FM_AGG_SUM;
+	if (strcmp(name, "count") == 0)
+		return FM_AGG_COUNT;
+	if (strcmp(name, "max") == 0)
+		return FM_AGG_MAX;
+	if (strcmp(name, "latest") == 0)
+		return FM_AGG_LATEST;
+	elog(ERROR, "unknown aggregation \"%s\" in flagmeter.meters", name);
+	return FM_AGG_SUM;			/* keep compiler quiet */
+}
+
+void
+fm_load_limit(const char *tenant, const char *meter, bool read_only,
+			  FmLimit *limit)
+{
+	Datum		args[2];
+	HeapTuple	row;
+	TupleDesc	desc;
+	bool		isnull;
+	Datum		d;
+
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	fm_execute(&load_limit_stmt, args, NULL, read_only, 1);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("meter \"%s\" does not exist", meter),
+				 errhint("Define it first with flagmeter.define_meter().")));
+
+	row = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	memset(limit, 0, sizeof(*limit));
+
+	limit->aggregation =
+		aggregation_from_name(TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull)));
+	d = SPI_getbinval(row, desc, 2, &isnull);
+	limit->limited = !isnull;
+	limit->quota = isnull ? 0 : DatumGetInt64(d);
+	limit->period =
+		fm_period_kind_from_name(TextDatumGetCString(SPI_getbinval(row, desc, 3, &isnull)));
+	limit->hard =
+		strcmp(TextDatumGetCString(SPI_getbinval(row, desc, 4, &isnull)), "hard") == 0;
+
+	d = SPI_getbinval(row, desc, 5, &isnull);
+	if (!isnull)
+	{
+		ArrayType  *arr = DatumGetArrayTypeP(d);
+		Datum	   *elems;
+		int			n;
+		int			i;
+
+		deconstruct_array(arr, INT4OID, 4, true, TYPALIGN_INT, &elems, NULL, &n);
+		limit->nthresholds = n;
+		limit->thresholds = palloc(sizeof(int) * Max(n, 1));
+		for (i = 0; i < n; i++)
+			limit->thresholds[i] = DatumGetInt32(elems[i]);
+	}
+
+	limit->anchor = DatumGetTimestampTz(SPI_getbinval(row, desc, 6, &isnull));
+	limit->tz = fm_lookup_timezone(TextDatumGetCString(SPI_getbinval(row, desc, 7, &isnull)));
+}
+
+int64
+fm_used_of(const FmCounter *c, FmAggregation aggregation)
+{
+	switch (aggregation)
+	{
+		case FM_AGG_SUM:
+			return c->used;
+		case FM_AGG_COUNT:
+			return c->events;
+		case FM_AGG_MAX:
+			return c->max_amount;
+		case FM_AGG_LATEST:
+			return (c->flags & FM_COUNTER_HAS_LATEST) ? c->latest : 0;
+	}
+	return 0;					/* keep compiler quiet */
+}
+
+/*
+ * The decision for amount more on top of current.  With record, used and
+ * remaining describe the state after recording when granted; otherwise
+ * (check, or a denial) the current state.  Overflow of the counter is an
+ * error here, before anything is written.
+ */
+void
+fm_decide(const FmLimit *limit, const FmCounter *current, int64 amount,
+		  TimestampTz at, TimestampTz period_end, bool record,
+		  FmDecision *decision, FmCounter *after)
+{
+	FmCounter	next = *current;
+	int64		used_after;
+
+	fm_counter_report(fm_counter_add_event(&next, amount, at));
+	used_after = fm_used_of(&next, limit->aggregation);
+
+	decision->granted = !limit->limited || !limit->hard ||
+		used_after <= limit->quota;
+	decision->used = (record && decision->granted) ?
+		used_after : fm_used_of(current, limit->aggregation);
+	decision->limited = limit->limited;
+	decision->quota = limit->quota;
+	decision->remaining = 0;
+	decision->overage = 0;
+	if (limit->limited)
+	{
+		if (decision->used < limit->quota)
+			decision->remaining = limit->quota - decision->used;
+		else
+			decision->overage = decision->used - limit->quota;
+	}
+	decision->resets = limit->period != FM_PERIOD_LIFETIME;
+	decision->resets_at = period_end;
+	if (after)
+		*after = next;
+}
+
+/* ---------------------------------------------------------------------
+ * Argument checks
+ * ---------------------------------------------------------------------
+ */
+void
+fm_check_tenant(const char *tenant)
+{
+	size_t		len = strlen(tenant);
+
+	if (len == 0 || len > FM_TENANT_MAX_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid tenant id: \"%.64s\"", tenant),
+				 errdetail("A tenant id is 1 to %d bytes long.", FM_TENANT_MAX_BYTES)));
+}
+
+/* Longer names cannot exist (flagmeter.check_name); say so plainly. */
+void
+fm_check_meter_name(const char *meter)
+{
+	if (strlen(meter) > FM_NAME_MAX_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("meter name is too long: \"%.64s...\"", meter),
+				 errdetail("Meter names are at most %d characters.", FM_NAME_MAX_BYTES)));
+}
+
+void
+fm_check_key(const char *key)
+{
+	size_t		len = strlen(key);
+
+	if (len == 0 || len > FM_KEY_MAX_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid idempotency key: \"%.64s\"", key),
+				 errdetail("An idempotency key is 1 to %d bytes long.", FM_KEY_MAX_BYTES)));
+}
+
+void
+fm_check_amount(int64 amount, bool zero_allowed)
+{
+	if (amount < 0 || (amount == 0 && !zero_allowed))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("amount must be %s: " INT64_FORMAT,
+						zero_allowed ? "zero or positive" : "positive", amount)));
+}
+
+void
+fm_check_timestamp(TimestampTz ts)
+{
+	if (TIMESTAMP_NOT_FINITE(ts) || ts < FM_TS_MIN || ts > FM_TS_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("timestamp out of range for usage"),
+				 errdetail("Events must lie between 0001-01-01 and 9999-12-31 UTC.")));
+}
+
+static void
+null_argument(const char *what)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("%s must not be NULL", what)));
+}
+
+char *
+fm_arg_tenant(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *tenant;
+
+	if (PG_ARGISNULL(argno))
+		null_argument("tenant");
+	tenant = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	fm_check_tenant(tenant);
+	return tenant;
+}
+
+char *
+fm_arg_meter(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *meter;
+
+	if (PG_ARGISNULL(argno))
+		null_argument("meter");
+	meter = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	fm_check_meter_name(meter);
+	return meter;
+}
+
+/* NULL when the argument is NULL (no key) */
+char *
+fm_arg_key(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *key;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	key = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	fm_check_key(key);
+	return key;
+}

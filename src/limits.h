@@ -1,0 +1,82 @@
+/*
+ * limits.h
+ *	  The limit in force for a tenant and meter, and the decision it gives.
+ */
+#ifndef FLAGMETER_LIMITS_H
+#define FLAGMETER_LIMITS_H
+
+#include "postgres.h"
+#include "datatype/timestamp.h"
+#include "pgtime.h"
+
+#include "counter_core.h"
+#include "period.h"
+
+/* Which figure of the counter a meter's "used" is. */
+typedef enum FmAggregation
+{
+	FM_AGG_SUM,					/* sum of amounts */
+	FM_AGG_COUNT,				/* number of events */
+	FM_AGG_MAX,					/* greatest amount */
+	FM_AGG_LATEST				/* amount of the latest event */
+} FmAggregation;
+
+typedef struct FmLimit
+{
+	FmAggregation aggregation;
+	bool		limited;		/* false: no quota applies */
+	int64		quota;			/* when limited */
+	bool		hard;			/* hard: consume refuses past the quota */
+	FmPeriodKind period;
+	TimestampTz anchor;
+	pg_tz	   *tz;
+	int			nthresholds;
+	int		   *thresholds;		/* percentages, ascending */
+} FmLimit;
+
+/* The decision of consume and check (the SQL type flagmeter.decision). */
+typedef struct FmDecision
+{
+	bool		granted;
+	int64		used;
+	bool		limited;
+	int64		quota;
+	int64		remaining;
+	int64		overage;
+	bool		resets;			/* false for lifetime periods */
+	TimestampTz resets_at;
+	const char *meter;
+} FmDecision;
+
+/* Bounds checked on every call (documented in README). */
+#define FM_TENANT_MAX_BYTES		256
+#define FM_KEY_MAX_BYTES		256
+
+/*
+ * Load the limit of (tenant, meter), inside SPI.  Raises 42704 for an
+ * unknown meter.  read_only as for fm_execute.
+ */
+extern void fm_load_limit(const char *tenant, const char *meter,
+						  bool read_only, FmLimit *limit);
+
+extern int64 fm_used_of(const FmCounter *c, FmAggregation aggregation);
+
+/*
+ * The decision for recording amount on top of current (whose counter after
+ * recording is returned in *after when granted is possible).
+ */
+extern void fm_decide(const FmLimit *limit, const FmCounter *current,
+					  int64 amount, TimestampTz at, TimestampTz period_end,
+					  bool record, FmDecision *decision, FmCounter *after);
+
+/* Argument checks shared by every call; they raise the documented errors. */
+extern char *fm_arg_tenant(FunctionCallInfo fcinfo, int argno);
+extern char *fm_arg_meter(FunctionCallInfo fcinfo, int argno);
+extern char *fm_arg_key(FunctionCallInfo fcinfo, int argno);
+extern void fm_check_tenant(const char *tenant);
+extern void fm_check_meter_name(const char *meter);
+extern void fm_check_key(const char *key);
+extern void fm_check_amount(int64 amount, bool zero_allowed);
+extern void fm_check_timestamp(TimestampTz ts);
+
+#endif							/* FLAGMETER_LIMITS_H */

@@ -1,0 +1,85 @@
+/*
+ * statements.c
+ *	  Prepared SPI statements shared by the accounting calls.
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+
+#include "statements.h"
+
+Oid
+fm_schema_oid(void)
+{
+	return get_namespace_oid("flagmeter", false);
+}
+
+Oid
+fm_relation_oid(const char *relname)
+{
+	Oid			relid = get_relname_relid(relname, fm_schema_oid());
+
+	if (!OidIsValid(relid))
+		elog(ERROR, "flagmeter table \"%s\" is missing", relname);
+	return relid;
+}
+
+Oid
+fm_counter_type_oid(void)
+{
+	Oid			typid = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+										CStringGetDatum("quota_counter"),
+										ObjectIdGetDatum(fm_schema_oid()));
+
+	if (!OidIsValid(typid))
+		elog(ERROR, "type flagmeter.quota_counter is missing");
+	return typid;
+}
+
+static void
+fm_prepare(FmStatement *st, Oid counter_type)
+{
+	Oid			argtypes[FM_STATEMENT_MAX_ARGS];
+	SPIPlanPtr	plan;
+	int			i;
+
+	for (i = 0; i < st->nargs; i++)
+	{
+		if (st->argtypes[i] == FM_TYPE_COUNTER)
+			argtypes[i] = counter_type;
+		else if (st->argtypes[i] == FM_TYPE_COUNTER_ARRAY)
+			argtypes[i] = get_array_type(counter_type);
+		else
+			argtypes[i] = st->argtypes[i];
+	}
+	plan = SPI_prepare(st->sql, st->nargs, argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+			 st->sql, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	if (st->plan != NULL)
+		SPI_freeplan(st->plan);
+	st->plan = plan;
+	st->prepared_for = counter_type;
+}
+
+int
+fm_execute(FmStatement *st, Datum *values, const char *nulls,
+		   bool read_only, long count)
+{
+	Oid			counter_type = fm_counter_type_oid();
+	int			rc;
+
+	if (st->plan == NULL || st->prepared_for != counter_type)
+		fm_prepare(st, counter_type);
+
+	rc = SPI_execute_plan(st->plan, values, nulls, read_only, count);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s",
+			 st->sql, SPI_result_code_string(rc));
+	return rc;
+}

@@ -1,0 +1,45 @@
+/*
+ * statements.h
+ *	  Prepared SPI statements, kept for the life of the backend.
+ *
+ * Every statement text is fully schema-qualified, so a caller's search_path
+ * cannot change what it does.  Statements whose parameters have one of
+ * flagmeter's own types are re-prepared when that type's OID changes (the
+ * extension was dropped and created again in the same session).
+ */
+#ifndef FLAGMETER_STATEMENTS_H
+#define FLAGMETER_STATEMENTS_H
+
+#include "postgres.h"
+#include "executor/spi.h"
+
+#define FM_STATEMENT_MAX_ARGS 16
+
+/* Parameter type placeholders resolved at prepare time. */
+#define FM_TYPE_COUNTER			((Oid) 1)	/* flagmeter.quota_counter */
+#define FM_TYPE_COUNTER_ARRAY	((Oid) 2)	/* flagmeter.quota_counter[] */
+
+typedef struct FmStatement
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[FM_STATEMENT_MAX_ARGS];
+	/* filled in when prepared */
+	SPIPlanPtr	plan;
+	Oid			prepared_for;	/* quota_counter's OID when prepared */
+} FmStatement;
+
+/* OIDs of flagmeter's schema objects, looked up on each call (cheap). */
+extern Oid	fm_schema_oid(void);
+extern Oid	fm_relation_oid(const char *relname);
+extern Oid	fm_counter_type_oid(void);
+
+/*
+ * Run a statement (inside SPI_connect); returns the SPI result code after
+ * checking it is the expected one.  read_only must be true in STABLE
+ * callers, so the caller's snapshot is used.
+ */
+extern int	fm_execute(FmStatement *st, Datum *values, const char *nulls,
+					   bool read_only, long count);
+
+#endif							/* FLAGMETER_STATEMENTS_H */

@@ -1,0 +1,199 @@
+-- Usage accounting: track, track_batch, consume, check, usage and void.
+-- Every test file runs in the same database: start from a fresh extension.
+SET client_min_messages = warning;
+DROP EXTENSION flagmeter CASCADE;
+CREATE EXTENSION flagmeter;
+RESET client_min_messages;
+SET search_path = flagmeter, public;
+SET TimeZone = 'UTC';
+\set SHOW_CONTEXT never
+
+-- try(sql): 'ok', or the SQLSTATE and message of the error it raised
+CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE sql;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
+SELECT define_meter('api_calls'), define_meter('tokens'), define_meter('seats', 'max'),
+       define_meter('storage_gb', 'latest'), define_meter('requests', 'count');
+SELECT define_plan('free'), define_plan('flex'), define_plan('monthly'), define_plan('daily');
+-- lifetime limits keep this file independent of the day it runs on
+SELECT set_limit('free', 'api_calls', 10, 'lifetime'),
+       set_limit('free', 'tokens', 100, 'lifetime'),
+       set_limit('free', 'seats', 50, 'lifetime'),
+       set_limit('flex', 'api_calls', 10, 'lifetime', 'soft'),
+       set_limit('monthly', 'api_calls', 1000000, 'month'),
+       set_limit('daily', 'api_calls', 1000000, 'day');
+SELECT assign_plan('acme', 'free', '2026-01-31 10:00:00+00', 'UTC'),
+       assign_plan('hooli', 'flex'),
+       assign_plan('initech', 'monthly', '2026-01-31 10:00:00-05', 'America/New_York'),
+       assign_plan('umbrella', 'daily', '2026-01-01 00:00:00+00', 'Europe/Berlin');
+
+-- track ------------------------------------------------------------------------
+SELECT track('acme', 'api_calls');
+SELECT track('acme', 'api_calls', 4, '2026-03-01 00:00:00+00', 'evt-1');
+SELECT track('acme', 'api_calls', 4, '2026-03-01 00:00:00+00', 'evt-1');	-- duplicate: false
+SELECT used(u), events(u), quota(u), remaining(u) FROM usage('acme', 'api_calls') u;
+-- a rollback leaves nothing; the caller sees its own uncommitted usage
+BEGIN;
+SELECT track('acme', 'api_calls', 100);
+SELECT used(usage('acme', 'api_calls')) AS inside;
+ROLLBACK;
+SELECT used(usage('acme', 'api_calls')) AS after_rollback;
+-- a key rolled back can be used again
+BEGIN;
+SELECT track('acme', 'tokens', 1, idempotency_key => 'rolled-back');
+ROLLBACK;
+SELECT track('acme', 'tokens', 1, idempotency_key => 'rolled-back');
+-- zero is a valid amount for track (a gauge going to zero)
+SELECT track('acme', 'tokens', 0);
+SELECT used(u), events(u) FROM usage('acme', 'tokens') u;
+-- a tenant with no plan is tracked, unlimited, in calendar months (UTC)
+SELECT track('stranger', 'api_calls', 7, '2026-05-31 23:59:59+00'),
+       track('stranger', 'api_calls', 9, '2026-06-01 00:00:00+00');
+SELECT used(usage('stranger', 'api_calls', '2026-05-15')) AS may,
+       used(usage('stranger', 'api_calls', '2026-06-15')) AS june,
+       quota(usage('stranger', 'api_calls', '2026-06-15')) AS quota;
+
+-- Periods: late events land in the period they belong to ----------------------
+-- initech: months anchored on Jan 31 10:00 New York time; DST starts Mar 8.
+SELECT track('initech', 'api_calls', 1, '2026-02-28 14:59:59+00'),	-- Feb 28 09:59:59 EST
+       track('initech', 'api_calls', 10, '2026-02-28 15:00:00+00'),	-- Feb 28 10:00 EST
+       track('initech', 'api_calls', 100, '2026-03-31 13:59:59+00'),	-- Mar 31 09:59:59 EDT
+       track('initech', 'api_calls', 1000, '2026-03-31 14:00:00+00');	-- Mar 31 10:00 EDT
+SELECT at, b.period_start, b.period_end, used(usage('initech', 'api_calls', at))
+FROM (VALUES ('2026-02-15 00:00:00+00'::timestamptz), ('2026-03-15 00:00:00+00'),
+             ('2026-04-15 00:00:00+00')) v(at),
+     period_bounds(at, 'month', '2026-01-31 10:00:00-05', 'America/New_York') b;
+-- umbrella: Berlin days; 2026-03-29 has 23 hours
+SELECT track('umbrella', 'api_calls', 1, '2026-03-28 22:59:59+00'),	-- Mar 28 23:59:59 CET
+       track('umbrella', 'api_calls', 2, '2026-03-28 23:00:00+00'),	-- Mar 29 00:00 CET
+       track('umbrella', 'api_calls', 4, '2026-03-29 21:59:59+00'),	-- Mar 29 23:59:59 CEST
+       track('umbrella', 'api_calls', 8, '2026-03-29 22:00:00+00');	-- Mar 30 00:00 CEST
+SELECT b.period_start, b.period_end, b.period_end - b.period_start AS length,
+       used(usage('umbrella', 'api_calls', '2026-03-29 12:00:00+00'))
+FROM period_bounds('2026-03-29 12:00:00+00', 'day', '2026-01-01 00:00:00+00', 'Europe/Berlin') b;
+-- changing the period kind recounts the current period from the raw events
+SELECT track('umbrella', 'api_calls', 16);
+SELECT used(usage('umbrella', 'api_calls')) AS today_before;
+SELECT set_limit('daily', 'api_calls', 1000000, 'lifetime');
+SELECT used(usage('umbrella', 'api_calls')) AS lifetime_after;
+SELECT set_limit('daily', 'api_calls', 1000000, 'day');
+SELECT used(usage('umbrella', 'api_calls')) AS today_again;
+
+-- consume: hard, soft, unlimited --------------------------------------------------
+-- acme has used 5 of 10 api_calls (lifetime)
+SELECT granted, used, quota, remaining, resets_at, overage, meter FROM consume('acme', 'api_calls', 5);
+SELECT granted, used, quota, remaining, overage FROM consume('acme', 'api_calls', 1);	-- refused
+SELECT granted, used, quota, remaining, overage FROM consume('hooli', 'api_calls', 15);	-- soft: overage
+SELECT granted, used, quota, remaining, overage FROM consume('hooli', 'api_calls', 1);
+SELECT granted, used, quota, remaining, overage FROM consume('stranger', 'api_calls', 1000);
+SELECT (consume('initech', 'api_calls', 1)).resets_at =
+       (period_bounds(now(), 'month', '2026-01-31 10:00:00-05', 'America/New_York')).period_end
+       AS resets_at_period_end;
+-- track is metering, not enforcement: it records past a hard limit
+SELECT track('acme', 'api_calls', 3);
+SELECT granted, used, quota, remaining, overage FROM flagmeter.check('acme', 'api_calls', 1);
+-- a retried key returns the original decision, even after the limit changed
+SELECT granted, used, remaining FROM consume('acme', 'api_calls', 1, 'req-1');
+SELECT override_limit('acme', 'api_calls', 100);
+SELECT granted, used, remaining FROM consume('acme', 'api_calls', 1, 'req-1');
+SELECT granted, used, remaining FROM consume('acme', 'api_calls', 1, 'req-2');
+SELECT granted, used, remaining FROM consume('acme', 'api_calls', 1, 'req-2');
+SELECT used(usage('acme', 'api_calls')) AS used_once;
+SELECT pg_temp.try($$SELECT consume('acme', 'api_calls', 1, 'evt-1')$$);	-- a track key
+
+-- other aggregations: max (seats) and latest (storage_gb) and count
+SELECT granted, used, remaining FROM consume('acme', 'seats', 30);
+SELECT granted, used, remaining FROM consume('acme', 'seats', 60);	-- max would be 60 > 50
+SELECT granted, used, remaining FROM consume('acme', 'seats', 40);	-- max 40 <= 50
+SELECT track('acme', 'storage_gb', 10, '2026-02-01 00:00:00+00'),
+       track('acme', 'storage_gb', 5, '2026-02-02 00:00:00+00'),
+       track('acme', 'storage_gb', 7, '2026-01-30 00:00:00+00');	-- late: not the latest
+SELECT used(u), latest(u), latest_at(u), quota(u) FROM usage('acme', 'storage_gb', '2026-02-05') u;
+SELECT track('acme', 'requests', 7), track('acme', 'requests', 7);
+SELECT used FROM flagmeter.check('acme', 'requests', 0);
+
+-- multi-meter consume: all or nothing, one decision per meter in argument order
+SELECT used(usage('acme', 'tokens')) AS tokens_before;
+SELECT granted, used, quota, remaining, meter FROM consume('acme', ARRAY['tokens', 'api_calls'], ARRAY[200, 1]);
+SELECT used(usage('acme', 'tokens')) AS tokens, used(usage('acme', 'api_calls')) AS api_calls;
+SELECT granted, used, quota, remaining, meter FROM consume('acme', ARRAY['tokens', 'api_calls'], ARRAY[50, 1], 'multi-1');
+SELECT granted, used, quota, remaining, meter FROM consume('acme', ARRAY['tokens', 'api_calls'], ARRAY[50, 1], 'multi-1');
+SELECT used(usage('acme', 'tokens')) AS tokens, used(usage('acme', 'api_calls')) AS api_calls;
+
+-- void -----------------------------------------------------------------------------
+SELECT void('acme', 'evt-1');		-- 4 api_calls recorded by track
+SELECT void('acme', 'evt-1');		-- already voided
+SELECT void('acme', 'req-1');		-- a refused consume recorded nothing
+SELECT void('acme', 'multi-1');		-- both meters of a multi-meter consume
+SELECT used(usage('acme', 'tokens')) AS tokens, used(usage('acme', 'api_calls')) AS api_calls;
+SELECT pg_temp.try($$SELECT void('acme', 'never-seen')$$);
+SELECT pg_temp.try($$SELECT void('acme', NULL)$$);
+SELECT tenant, idempotency_key, meter, amount, granted, voided_at IS NOT NULL AS voided
+FROM event_keys WHERE tenant = 'acme' ORDER BY idempotency_key, seq;
+
+-- track_batch -----------------------------------------------------------------------
+SELECT track_batch(ARRAY['b1', 'b2', 'b1', 'b1'], ARRAY['api_calls', 'api_calls', 'tokens', 'tokens'],
+                   ARRAY[1, 2, 3, 4],
+                   ARRAY['2026-02-01 00:00:00+00', NULL, '2026-02-01 00:00:00+00', '2026-02-01 00:00:00+00']::timestamptz[],
+                   ARRAY[NULL, 'k-b2', 'k-b1', 'k-b1']);	-- the repeated key counts once
+SELECT track_batch(ARRAY['b2'], ARRAY['api_calls'], ARRAY[2], NULL, ARRAY['k-b2']);	-- already recorded
+SELECT track_batch('{}', '{}', '{}');
+SELECT used(usage('b1', 'api_calls', '2026-02-01')) AS b1_calls,
+       used(usage('b1', 'tokens', '2026-02-01')) AS b1_tokens,
+       used(usage('b2', 'api_calls')) AS b2_calls;
+
+-- Bad input: a specific SQLSTATE, and nothing written --------------------------------
+SELECT count(*) AS events_before FROM events \gset
+SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
+	($$SELECT track(NULL, 'api_calls')$$),
+	($$SELECT track('acme', NULL)$$),
+	($$SELECT track('acme', 'api_calls', NULL)$$),
+	($$SELECT track('acme', 'api_calls', 1, NULL)$$),
+	($$SELECT track('acme', 'nope')$$),
+	($$SELECT track('', 'api_calls')$$),
+	($$SELECT track(repeat('t', 257), 'api_calls')$$),
+	($$SELECT track('acme', repeat('m', 64))$$),
+	($$SELECT track('acme', 'api_calls', -1)$$),
+	($$SELECT track('acme', 'api_calls', 1, 'infinity')$$),
+	($$SELECT track('acme', 'api_calls', 1, '-infinity')$$),
+	($$SELECT track('acme', 'api_calls', 1, now(), '')$$),
+	($$SELECT track('acme', 'api_calls', 1, now(), repeat('k', 257))$$),
+	($$SELECT track('acme', 'tokens', 9223372036854775807)$$),
+	($$SELECT track('acme', 'storage_gb', 9223372036854775807, '2026-01-01'),
+	          track('acme', 'storage_gb', 1, '2026-01-02')$$),
+	($$SELECT consume('acme', 'api_calls', 0)$$),
+	($$SELECT consume('acme', 'api_calls', -3)$$),
+	($$SELECT consume('acme', 'api_calls', NULL::bigint)$$),
+	($$SELECT consume(NULL, 'api_calls')$$),
+	($$SELECT consume('acme', 'nope')$$),
+	($$SELECT consume('acme', 'api_calls', 9223372036854775807)$$),
+	($$SELECT consume('acme', ARRAY['tokens', 'api_calls'], ARRAY[1])$$),
+	($$SELECT consume('acme', ARRAY['tokens', 'tokens'], ARRAY[1, 1])$$),
+	($$SELECT consume('acme', '{}'::text[], '{}'::bigint[])$$),
+	($$SELECT consume('acme', ARRAY['tokens', NULL], ARRAY[1, 1])$$),
+	($$SELECT consume('acme', ARRAY['tokens'], ARRAY[NULL]::bigint[])$$),
+	($$SELECT consume('acme', NULL::text[], ARRAY[1])$$),
+	($$SELECT consume('acme', ARRAY[['tokens']], ARRAY[[1]])$$),
+	($$SELECT consume('acme', ARRAY['tokens', 'nope'], ARRAY[1, 1])$$),
+	($$SELECT flagmeter.check('acme', 'api_calls', -1)$$),
+	($$SELECT flagmeter.check('acme', 'nope')$$),
+	($$SELECT usage('acme', 'api_calls', NULL)$$),
+	($$SELECT usage('acme', 'api_calls', 'infinity')$$),
+	($$SELECT track_batch(ARRAY['a'], ARRAY['api_calls', 'tokens'], ARRAY[1])$$),
+	($$SELECT track_batch(ARRAY['a'], ARRAY['api_calls'], ARRAY[1, 2])$$),
+	($$SELECT track_batch(ARRAY['a', NULL], ARRAY['api_calls', 'api_calls'], ARRAY[1, 2])$$),
+	($$SELECT track_batch(ARRAY['a'], ARRAY['api_calls'], ARRAY[NULL]::bigint[])$$),
+	($$SELECT track_batch(ARRAY['a', 'b'], ARRAY['api_calls', 'nope'], ARRAY[1, 2])$$),
+	($$SELECT track_batch(ARRAY['a', 'b'], ARRAY['api_calls', 'api_calls'], ARRAY[1, -2])$$),
+	($$SELECT track_batch(ARRAY['a'], ARRAY['api_calls'], ARRAY[1], ARRAY['infinity']::timestamptz[])$$),
+	($$SELECT track_batch(ARRAY['a'], ARRAY['api_calls'], ARRAY[1], NULL, ARRAY['k', 'l'])$$),
+	($$SELECT track_batch(NULL, ARRAY['api_calls'], ARRAY[1])$$),
+	($$SELECT track_batch(ARRAY[['a']], ARRAY[['api_calls']], ARRAY[[1]])$$),
+	($$SELECT track_batch(ARRAY['a', 'a'], ARRAY['tokens', 'tokens'], ARRAY[9223372036854775807, 1])$$)
+) v(sql);
+SELECT count(*) - :events_before AS events_written FROM events;
