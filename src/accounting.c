@@ -122,6 +122,13 @@ static FmStatement mark_voided_stmt = {
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
+static FmStatement log_void_stmt = {
+	"INSERT INTO flagmeter.voids"
+	" (tenant, meter, amount, occurred_at, idempotency_key, voided_at)"
+	" VALUES ($1, $2, $3, $4, $5, $6)",
+	6, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID}
+};
+
 static FmStatement lock_period_stmt = {
 	"SELECT counter FROM flagmeter.counters"
 	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
@@ -1273,7 +1280,20 @@ fm_void(PG_FUNCTION_ARGS)
 
 	qsort(items, n, sizeof(VoidItem), compare_void_items);
 	for (i = 0; i < n; i++)
+	{
+		Datum		vargs[6];
+
 		void_in_counters(tenant, &items[i]);
+
+		/* maintain() takes the event out of the rollups */
+		vargs[0] = CStringGetTextDatum(tenant);
+		vargs[1] = CStringGetTextDatum(items[i].meter);
+		vargs[2] = Int64GetDatum(items[i].amount);
+		vargs[3] = TimestampTzGetDatum(items[i].occurred_at);
+		vargs[4] = CStringGetTextDatum(key);
+		vargs[5] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+		fm_execute(&log_void_stmt, vargs, NULL, false, 0);
+	}
 
 	SPI_finish();
 	PG_RETURN_BOOL(true);

@@ -172,6 +172,26 @@ quota_counter_merge(PG_FUNCTION_ARGS)
 	PG_RETURN_FMCOUNTER_P(result);
 }
 
+/* subtract_events(c, amount, events): c without voided events */
+PG_FUNCTION_INFO_V1(quota_counter_subtract);
+Datum
+quota_counter_subtract(PG_FUNCTION_ARGS)
+{
+	FmCounter  *result = fm_counter_copy(PG_GETARG_FMCOUNTER_P(0));
+	FmResult	r = fm_counter_subtract(result, PG_GETARG_INT64(1),
+										PG_GETARG_INT64(2));
+
+	if (r == FM_ERR_INCONSISTENT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cannot subtract more than the counter holds"),
+				 errdetail("The counter has " INT64_FORMAT " events using " INT64_FORMAT ".",
+						   PG_GETARG_FMCOUNTER_P(0)->events,
+						   PG_GETARG_FMCOUNTER_P(0)->used)));
+	fm_counter_report(r);
+	PG_RETURN_FMCOUNTER_P(result);
+}
+
 PG_FUNCTION_INFO_V1(quota_counter_eq);
 Datum
 quota_counter_eq(PG_FUNCTION_ARGS)

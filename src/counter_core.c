@@ -161,21 +161,29 @@ fm_counter_merge(FmCounter *into, const FmCounter *other)
 }
 
 /*
- * Take one voided event of the given amount back out.  Refuses to go below
- * zero: that would mean voiding something that was never counted here.
+ * Take events back out: amount is their total, nevents how many they were
+ * (voided events).  Refuses to go below zero or to leave usage without
+ * events: that would mean removing something that was never counted here.
+ * max_amount and latest are left as they are.
  */
+FmResult
+fm_counter_subtract(FmCounter *c, int64_t amount, int64_t nevents)
+{
+	if (amount < 0 || nevents < 0)
+		return FM_ERR_NEGATIVE_AMOUNT;
+	if (c->events < nevents || c->used < amount)
+		return FM_ERR_INCONSISTENT;
+	if (c->events == nevents && c->used != amount)
+		return FM_ERR_INCONSISTENT;
+	c->events -= nevents;
+	c->used -= amount;
+	return FM_OK;
+}
+
 FmResult
 fm_counter_void(FmCounter *c, int64_t amount)
 {
-	if (amount < 0)
-		return FM_ERR_NEGATIVE_AMOUNT;
-	if (c->events < 1 || c->used < amount)
-		return FM_ERR_INCONSISTENT;
-	if (c->events == 1 && c->used != amount)
-		return FM_ERR_INCONSISTENT;
-	c->events -= 1;
-	c->used -= amount;
-	return FM_OK;
+	return fm_counter_subtract(c, amount, 1);
 }
 
 bool

@@ -75,6 +75,7 @@ extern void fm_counter_init(FmCounter *c);
 extern FmResult fm_counter_validate(const FmCounter *c, const char **detail);
 extern FmResult fm_counter_add_event(FmCounter *c, int64_t amount, int64_t at);
 extern FmResult fm_counter_merge(FmCounter *into, const FmCounter *other);
+extern FmResult fm_counter_subtract(FmCounter *c, int64_t amount, int64_t nevents);
 extern FmResult fm_counter_void(FmCounter *c, int64_t amount);
 extern bool fm_counter_equal(const FmCounter *a, const FmCounter *b);
 

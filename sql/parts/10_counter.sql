@@ -63,6 +63,13 @@ LANGUAGE C IMMUTABLE CALLED ON NULL INPUT PARALLEL SAFE;
 COMMENT ON FUNCTION flagmeter.with_limit(flagmeter.quota_counter, bigint) IS
 'the counter carrying the given limit (quota > 0); a NULL quota removes the limit';
 
+CREATE FUNCTION flagmeter.subtract_events(counter flagmeter.quota_counter, amount bigint, events bigint)
+RETURNS flagmeter.quota_counter
+AS 'MODULE_PATHNAME', 'quota_counter_subtract'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION flagmeter.subtract_events(flagmeter.quota_counter, bigint, bigint) IS
+'the counter without voided events (amount = their total): used and events go down, max and latest stay; an error if it holds less';
+
 -- Merge and equality ----------------------------------------------------------
 
 CREATE FUNCTION flagmeter.quota_counter_merge(flagmeter.quota_counter, flagmeter.quota_counter)

@@ -25,17 +25,42 @@ CREATE TYPE flagmeter.decision AS (
 COMMENT ON TYPE flagmeter.decision IS
 'answer of consume and check: granted, used and remaining after the call (unchanged when denied), quota and remaining NULL when unlimited, resets_at NULL for lifetime, overage = used beyond the quota (soft limits)';
 
+-- Raw events, partitioned by the day they were recorded (UTC) so that
+-- retention drops whole partitions; maintain() creates the partitions ahead
+-- of time, and the default partition catches rows when it has not run.
+-- xid is the recording transaction's id: maintain() folds events into the
+-- rollups in bands of xid below the snapshot xmin (all such transactions
+-- have ended), which no commit order can break.
 CREATE TABLE flagmeter.events (
 	tenant			text NOT NULL,
 	meter			text NOT NULL,
 	amount			bigint NOT NULL,
 	occurred_at		timestamptz NOT NULL,
 	recorded_at		timestamptz NOT NULL,
-	idempotency_key	text
-);
+	idempotency_key	text,
+	xid				xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id()
+) PARTITION BY RANGE (recorded_at);
 CREATE INDEX events_tenant_meter_time ON flagmeter.events (tenant, meter, occurred_at);
+CREATE INDEX events_xid ON flagmeter.events (xid);
+CREATE TABLE flagmeter.events_default PARTITION OF flagmeter.events DEFAULT;
 COMMENT ON TABLE flagmeter.events IS
-'every recorded event, insert-only (voids are marked in event_keys)';
+'every recorded event, insert-only (voids are logged in voids), partitioned by recorded_at day';
+COMMENT ON TABLE flagmeter.events_default IS
+'events recorded on a day that has no partition yet (maintain() creates them ahead)';
+
+-- Voids, logged so that maintain() takes them out of the rollups too.
+CREATE TABLE flagmeter.voids (
+	tenant			text NOT NULL,
+	meter			text NOT NULL,
+	amount			bigint NOT NULL,
+	occurred_at		timestamptz NOT NULL,
+	idempotency_key	text NOT NULL,
+	voided_at		timestamptz NOT NULL,
+	xid				xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id()
+);
+CREATE INDEX voids_xid ON flagmeter.voids (xid);
+COMMENT ON TABLE flagmeter.voids IS
+'voided events, folded out of the rollups by maintain() like events are folded in';
 
 CREATE TABLE flagmeter.counters (
 	tenant			text NOT NULL,
@@ -72,7 +97,8 @@ CREATE TABLE flagmeter.event_keys (
 COMMENT ON TABLE flagmeter.event_keys IS
 'idempotency keys: what each key recorded (one row per meter, seq in call order) and the decision returned for it; voided_at marks voided events';
 
-SELECT pg_catalog.pg_extension_config_dump('flagmeter.events', '');
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.events_default', '');
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.voids', '');
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.counters', '');
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.event_keys', '');
 

@@ -1,0 +1,360 @@
+-- ---------------------------------------------------------------------------
+-- Maintenance: folding raw events into rollups, partitions and retention,
+-- compaction of closed periods, scheduling with pg_cron, operator stats.
+--
+-- maintain() does it all, in one transaction:
+--   1. fold: events (and voids) whose transaction id lies in
+--      [folded_through, snapshot xmin) go into the hourly and daily rollups.
+--      Every transaction below the xmin has ended, so a band is complete
+--      when it is folded, whatever order the transactions committed in;
+--      nothing is folded twice because the watermark moves in the same
+--      transaction, under the lock of the state row.
+--   2. partitions for the coming days are created; partitions older than
+--      the retention whose events are all folded are dropped;
+--   3. idempotency keys and voids older than the retention are deleted;
+--   4. the stripes of periods that have ended are merged into one row.
+-- It never locks a row or table that track writes, except the stripes of
+-- periods that have ended (a late event for such a period waits for the
+-- end of the run).
+-- ---------------------------------------------------------------------------
+
+CREATE TABLE flagmeter.settings (
+	singleton			boolean PRIMARY KEY DEFAULT true CONSTRAINT settings_singleton CHECK (singleton),
+	retention			interval NOT NULL DEFAULT '90 days'
+		CONSTRAINT settings_retention_positive CHECK (retention OPERATOR(pg_catalog.>=) '1 day'::interval),
+	partitions_ahead	integer NOT NULL DEFAULT 3
+		CONSTRAINT settings_partitions_ahead_range
+		CHECK (partitions_ahead OPERATOR(pg_catalog.>=) 1 AND partitions_ahead OPERATOR(pg_catalog.<=) 60)
+);
+INSERT INTO flagmeter.settings DEFAULT VALUES;
+COMMENT ON TABLE flagmeter.settings IS
+'settings of maintain(): retention of raw events, idempotency keys and voids (the idempotency window), and how many daily partitions to create ahead; change with UPDATE';
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.settings', '');
+
+CREATE TABLE flagmeter.maintenance_state (
+	singleton			boolean PRIMARY KEY DEFAULT true CONSTRAINT maintenance_state_singleton CHECK (singleton),
+	folded_through		xid8 NOT NULL DEFAULT '0',
+	runs				bigint NOT NULL DEFAULT 0,
+	last_run_at			timestamptz,
+	last_run_duration	interval,
+	last_run_folded		bigint NOT NULL DEFAULT 0,
+	total_folded		bigint NOT NULL DEFAULT 0,
+	total_voids_folded	bigint NOT NULL DEFAULT 0,
+	notifications_sent	bigint NOT NULL DEFAULT 0,
+	notifications_skipped bigint NOT NULL DEFAULT 0
+);
+INSERT INTO flagmeter.maintenance_state DEFAULT VALUES;
+COMMENT ON TABLE flagmeter.maintenance_state IS
+'where folding stands (events with xid below folded_through are in the rollups) and counters of maintain() runs';
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.maintenance_state', '');
+
+CREATE TABLE flagmeter.rollup_hour (
+	tenant		text NOT NULL,
+	meter		text NOT NULL,
+	bucket_start timestamptz NOT NULL,
+	counter		flagmeter.quota_counter NOT NULL,
+	PRIMARY KEY (tenant, meter, bucket_start)
+);
+COMMENT ON TABLE flagmeter.rollup_hour IS
+'folded usage per tenant, meter and UTC hour (the hour of occurred_at)';
+
+CREATE TABLE flagmeter.rollup_day (
+	tenant		text NOT NULL,
+	meter		text NOT NULL,
+	bucket_start timestamptz NOT NULL,
+	counter		flagmeter.quota_counter NOT NULL,
+	PRIMARY KEY (tenant, meter, bucket_start)
+);
+COMMENT ON TABLE flagmeter.rollup_day IS
+'folded usage per tenant, meter and UTC day (the day of occurred_at)';
+
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.rollup_hour', '');
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.rollup_day', '');
+
+-- Retention deletes by age: BRIN indexes cost next to nothing on append-only
+-- tables.
+CREATE INDEX event_keys_recorded_at ON flagmeter.event_keys USING brin (recorded_at);
+CREATE INDEX voids_voided_at ON flagmeter.voids USING brin (voided_at);
+
+-- Partitions ---------------------------------------------------------------------
+
+-- Creates the daily partitions of events from today (UTC) to partitions_ahead
+-- days ahead.  A new partition is made as a table and then attached, which
+-- takes a lock that does not block inserts; a day whose events already went
+-- to the default partition keeps them there.  Returns how many were created.
+CREATE FUNCTION flagmeter.create_partitions()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	ahead integer := (SELECT s.partitions_ahead FROM flagmeter.settings s);
+	today timestamptz := date_trunc('day', now(), 'UTC');
+	day timestamptz;
+	name text;
+	lower_bound text;
+	upper_bound text;
+	created integer := 0;
+BEGIN
+	FOR i IN 0..ahead LOOP
+		day := today + make_interval(days => i);
+		name := 'events_p' || to_char(day AT TIME ZONE 'UTC', 'YYYYMMDD');
+		CONTINUE WHEN to_regclass('flagmeter.' || quote_ident(name)) IS NOT NULL;
+		CONTINUE WHEN EXISTS (SELECT FROM flagmeter.events_default d
+		                      WHERE d.recorded_at >= day
+		                        AND d.recorded_at < day + interval '1 day');
+		lower_bound := to_char(day AT TIME ZONE 'UTC', 'YYYY-MM-DD') || ' 00:00:00+00';
+		upper_bound := to_char((day + interval '1 day') AT TIME ZONE 'UTC', 'YYYY-MM-DD') || ' 00:00:00+00';
+		EXECUTE format('CREATE TABLE flagmeter.%I (LIKE flagmeter.events INCLUDING DEFAULTS)', name);
+		EXECUTE format('ALTER TABLE flagmeter.%I ADD CONSTRAINT %I CHECK (recorded_at >= %L AND recorded_at < %L)',
+		               name, name || '_range', lower_bound, upper_bound);
+		EXECUTE format('ALTER TABLE flagmeter.events ATTACH PARTITION flagmeter.%I FOR VALUES FROM (%L) TO (%L)',
+		               name, lower_bound, upper_bound);
+		EXECUTE format('ALTER TABLE flagmeter.%I DROP CONSTRAINT %I', name, name || '_range');
+		created := created + 1;
+	END LOOP;
+	RETURN created;
+END $$;
+COMMENT ON FUNCTION flagmeter.create_partitions() IS
+'creates the daily partitions of flagmeter.events for today and the days ahead (settings.partitions_ahead); returns how many it created';
+
+-- Drops the daily partitions that ended before the retention cut-off and hold
+-- no event still to fold.  Dropping needs a short exclusive lock on events;
+-- when it is not had within lock_timeout the partition is left for the next
+-- run rather than stalling ingest.
+CREATE FUNCTION flagmeter.drop_expired_partitions(folded_through xid8)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	cutoff timestamptz := now() - (SELECT s.retention FROM flagmeter.settings s);
+	part record;
+	unfolded boolean;
+	saved_timeout text := current_setting('lock_timeout');
+	dropped integer := 0;
+BEGIN
+	FOR part IN
+		SELECT c.oid::regclass AS rel, c.relname,
+		       to_date(substr(c.relname, 9), 'YYYYMMDD')::timestamp AT TIME ZONE 'UTC' AS day
+		FROM pg_inherits i
+		JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'flagmeter.events'::regclass
+		  AND c.relname ~ '^events_p[0-9]{8}$'
+		ORDER BY c.relname
+	LOOP
+		CONTINUE WHEN part.day + interval '1 day' > cutoff;
+		EXECUTE format('SELECT EXISTS (SELECT FROM %s WHERE xid >= $1)', part.rel)
+			INTO unfolded USING folded_through;
+		CONTINUE WHEN unfolded;
+		BEGIN
+			PERFORM set_config('lock_timeout', '200ms', true);
+			EXECUTE format('DROP TABLE %s', part.rel);
+			PERFORM set_config('lock_timeout', saved_timeout, true);
+			dropped := dropped + 1;
+		EXCEPTION WHEN lock_not_available THEN
+			RAISE NOTICE 'partition % is busy; it will be dropped by a later run', part.relname;
+		END;
+	END LOOP;
+	-- events that went to the default partition age out row by row
+	DELETE FROM flagmeter.events_default d WHERE d.recorded_at < cutoff AND d.xid < folded_through;
+	RETURN dropped;
+END $$;
+COMMENT ON FUNCTION flagmeter.drop_expired_partitions(xid8) IS
+'drops daily partitions of flagmeter.events older than the retention whose events are all folded; returns how many';
+
+-- Folding ---------------------------------------------------------------------------
+
+-- Folds the events and voids of transactions in [low, high) into the rollups.
+CREATE FUNCTION flagmeter.fold_band(low xid8, high xid8, OUT events_folded bigint, OUT voids_folded bigint)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	WITH band AS (
+		SELECT e.tenant, e.meter, date_trunc('hour', e.occurred_at, 'UTC') AS hour,
+		       flagmeter.quota_counter_agg(e.amount, e.occurred_at) AS counter
+		FROM flagmeter.events e
+		WHERE e.xid >= low AND e.xid < high
+		GROUP BY 1, 2, 3
+	), hours AS (
+		INSERT INTO flagmeter.rollup_hour AS r (tenant, meter, bucket_start, counter)
+		SELECT b.tenant, b.meter, b.hour, b.counter FROM band b
+		ON CONFLICT (tenant, meter, bucket_start) DO UPDATE
+			SET counter = r.counter OPERATOR(flagmeter.+) EXCLUDED.counter
+	), days AS (
+		INSERT INTO flagmeter.rollup_day AS r (tenant, meter, bucket_start, counter)
+		SELECT b.tenant, b.meter, date_trunc('day', b.hour, 'UTC'), flagmeter.merge_agg(b.counter)
+		FROM band b GROUP BY 1, 2, 3
+		ON CONFLICT (tenant, meter, bucket_start) DO UPDATE
+			SET counter = r.counter OPERATOR(flagmeter.+) EXCLUDED.counter
+	)
+	SELECT COALESCE(sum(flagmeter.events(b.counter)), 0) INTO events_folded FROM band b;
+
+	-- Voids come after events: a void's transaction started after its
+	-- event committed, so its event is folded in this band or before.
+	WITH band AS (
+		SELECT v.tenant, v.meter, date_trunc('hour', v.occurred_at, 'UTC') AS hour,
+		       sum(v.amount)::bigint AS amount, count(*) AS n
+		FROM flagmeter.voids v
+		WHERE v.xid >= low AND v.xid < high
+		GROUP BY 1, 2, 3
+	), hours AS (
+		UPDATE flagmeter.rollup_hour r
+		SET counter = flagmeter.subtract_events(r.counter, b.amount, b.n)
+		FROM band b
+		WHERE r.tenant = b.tenant AND r.meter = b.meter AND r.bucket_start = b.hour
+	), days AS (
+		UPDATE flagmeter.rollup_day r
+		SET counter = flagmeter.subtract_events(r.counter, d.amount, d.n)
+		FROM (SELECT b.tenant, b.meter, date_trunc('day', b.hour, 'UTC') AS day,
+		             sum(b.amount)::bigint AS amount, sum(b.n)::bigint AS n
+		      FROM band b GROUP BY 1, 2, 3) d
+		WHERE r.tenant = d.tenant AND r.meter = d.meter AND r.bucket_start = d.day
+	)
+	SELECT COALESCE(sum(b.n), 0) INTO voids_folded FROM band b;
+END $$;
+COMMENT ON FUNCTION flagmeter.fold_band(xid8, xid8) IS
+'folds the events and voids of the transactions with ids in [low, high) into rollup_hour and rollup_day';
+
+-- Merges the stripes of periods that have ended (more than a minute ago)
+-- into one row each.  Open periods are left alone: their stripes are what
+-- keeps concurrent writers apart, and there are at most stripes + 1 of them.
+CREATE FUNCTION flagmeter.compact_counters()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g record;
+	cfg record;
+	period_end timestamptz;
+	merged flagmeter.quota_counter;
+	compacted bigint := 0;
+BEGIN
+	FOR g IN
+		SELECT c.tenant, c.meter, c.period_start
+		FROM flagmeter.counters c
+		WHERE c.period_start > '-infinity' AND c.period_start < now() - interval '1 hour'
+		GROUP BY 1, 2, 3
+		HAVING count(*) > 1
+		LIMIT 10000
+	LOOP
+		SELECT * INTO cfg FROM flagmeter.limit_config(g.tenant, g.meter);
+		CONTINUE WHEN NOT FOUND;
+		period_end := (flagmeter.period_bounds(g.period_start, cfg.period, cfg.anchor, cfg.timezone)).period_end;
+		CONTINUE WHEN period_end > now() - interval '1 minute';
+
+		WITH moved AS (
+			DELETE FROM flagmeter.counters c
+			WHERE c.tenant = g.tenant AND c.meter = g.meter AND c.period_start = g.period_start
+			RETURNING c.counter)
+		SELECT flagmeter.merge_agg(moved.counter) INTO merged FROM moved;
+		INSERT INTO flagmeter.counters (tenant, meter, period_start, stripe, counter)
+		VALUES (g.tenant, g.meter, g.period_start, 0, merged);
+		compacted := compacted + 1;
+	END LOOP;
+	RETURN compacted;
+END $$;
+COMMENT ON FUNCTION flagmeter.compact_counters() IS
+'merges the counter stripes of periods that have ended into one row each; returns how many periods it compacted';
+
+CREATE FUNCTION flagmeter.maintain(
+	OUT events_folded bigint, OUT voids_folded bigint,
+	OUT partitions_created integer, OUT partitions_dropped integer,
+	OUT keys_expired bigint, OUT periods_compacted bigint,
+	OUT duration interval)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	started timestamptz := clock_timestamp();
+	low xid8;
+	high xid8;
+	cutoff timestamptz;
+BEGIN
+	-- One run at a time: a concurrent run waits here, then starts from the
+	-- watermark this one leaves.
+	SELECT m.folded_through INTO low FROM flagmeter.maintenance_state m FOR UPDATE;
+	-- Every transaction with an id below the xmin has ended.
+	high := pg_snapshot_xmin(pg_current_snapshot());
+
+	IF high > low THEN
+		SELECT f.events_folded, f.voids_folded INTO events_folded, voids_folded
+		FROM flagmeter.fold_band(low, high) f;
+	ELSE
+		high := low;
+		events_folded := 0;
+		voids_folded := 0;
+	END IF;
+
+	partitions_created := flagmeter.create_partitions();
+	partitions_dropped := flagmeter.drop_expired_partitions(high);
+
+	cutoff := now() - (SELECT s.retention FROM flagmeter.settings s);
+	DELETE FROM flagmeter.event_keys k WHERE k.recorded_at < cutoff;
+	GET DIAGNOSTICS keys_expired = ROW_COUNT;
+	DELETE FROM flagmeter.voids v WHERE v.voided_at < cutoff AND v.xid < high;
+
+	periods_compacted := flagmeter.compact_counters();
+
+	duration := clock_timestamp() - started;
+	UPDATE flagmeter.maintenance_state m
+	SET folded_through = high,
+	    runs = m.runs + 1,
+	    last_run_at = started,
+	    last_run_duration = maintain.duration,
+	    last_run_folded = maintain.events_folded,
+	    total_folded = m.total_folded + maintain.events_folded,
+	    total_voids_folded = m.total_voids_folded + maintain.voids_folded;
+END $$;
+COMMENT ON FUNCTION flagmeter.maintain() IS
+'folds pending usage into the hourly and daily rollups, creates upcoming partitions, drops expired ones, expires idempotency keys, compacts ended periods; idempotent, cheap when idle, one run at a time';
+
+-- Scheduling with pg_cron ---------------------------------------------------------
+
+CREATE FUNCTION flagmeter.schedule(schedule text DEFAULT '* * * * *')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	job bigint;
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_extension e WHERE e.extname = 'pg_cron') THEN
+		RAISE EXCEPTION 'extension "pg_cron" is not installed in this database'
+			USING ERRCODE = 'undefined_object',
+			      HINT = 'Add pg_cron to shared_preload_libraries, set cron.database_name to this database, '
+			             'restart and run CREATE EXTENSION pg_cron; or call flagmeter.maintain() every minute '
+			             'from any scheduler.';
+	END IF;
+	-- dynamic SQL: flagmeter must not depend on the cron schema existing
+	EXECUTE 'SELECT cron.schedule($1, $2, $3)'
+		INTO job USING 'flagmeter-maintain', schedule, 'SELECT flagmeter.maintain()';
+	RETURN job;
+END $$;
+COMMENT ON FUNCTION flagmeter.schedule(text) IS
+'registers flagmeter.maintain() as the pg_cron job "flagmeter-maintain" (every minute by default); returns the job id; an error with a hint when pg_cron is not installed here';
+
+CREATE FUNCTION flagmeter.unschedule()
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	found_job boolean;
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_extension e WHERE e.extname = 'pg_cron') THEN
+		RAISE EXCEPTION 'extension "pg_cron" is not installed in this database'
+			USING ERRCODE = 'undefined_object';
+	END IF;
+	EXECUTE 'SELECT EXISTS (SELECT FROM cron.job WHERE jobname = $1 AND username = current_user)'
+		INTO found_job USING 'flagmeter-maintain';
+	IF NOT found_job THEN
+		RETURN false;
+	END IF;
+	EXECUTE 'SELECT cron.unschedule($1)' USING 'flagmeter-maintain';
+	RETURN true;
+END $$;
+COMMENT ON FUNCTION flagmeter.unschedule() IS
+'removes the pg_cron job "flagmeter-maintain"; false when there was none';

@@ -1,0 +1,169 @@
+-- ---------------------------------------------------------------------------
+-- Dashboard and operator views: status, usage_series, top_tenants, stats.
+-- They read the counters and the rollups (plus the events not folded yet),
+-- never all raw events, so a dashboard over a year stays fast.
+-- ---------------------------------------------------------------------------
+
+-- The figure of a counter that a meter's aggregation calls "used".
+CREATE FUNCTION flagmeter.used_by(counter flagmeter.quota_counter, aggregation text)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+SELECT CASE $2
+	WHEN 'count' THEN flagmeter.events($1)
+	WHEN 'max' THEN COALESCE(flagmeter.max_amount($1), 0)
+	WHEN 'latest' THEN COALESCE(flagmeter.latest($1), 0)
+	ELSE flagmeter.used($1)
+END
+$$;
+COMMENT ON FUNCTION flagmeter.used_by(flagmeter.quota_counter, text) IS
+'the figure of a counter that an aggregation (sum, count, max, latest) counts as used';
+
+CREATE VIEW flagmeter.status AS
+SELECT l.tenant, l.meter, b.period_start, b.period_end,
+       flagmeter.used_by(u.counter, l.aggregation) AS used,
+       l.quota,
+       GREATEST(l.quota - flagmeter.used_by(u.counter, l.aggregation), 0) AS remaining,
+       flagmeter.used_by(u.counter, l.aggregation)::double precision / l.quota AS ratio,
+       CASE
+           WHEN flagmeter.used_by(u.counter, l.aggregation) >= l.quota THEN 'exceeded'
+           WHEN flagmeter.used_by(u.counter, l.aggregation) * 100 >= l.quota * l.thresholds[1] THEN 'warning'
+           ELSE 'ok'
+       END AS state,
+       l.mode, l.period, l.plan
+FROM flagmeter.effective_limits l
+CROSS JOIN LATERAL flagmeter.period_bounds(now(), l.period, l.anchor, l.timezone) b
+CROSS JOIN LATERAL (SELECT flagmeter.usage(l.tenant, l.meter) AS counter) u;
+COMMENT ON VIEW flagmeter.status IS
+'one row per tenant and limited meter for the current period: used, quota, remaining, ratio, and state (ok below the lowest threshold, warning from it, exceeded once used >= quota); exact';
+
+CREATE FUNCTION flagmeter.top_tenants(meter text, n integer DEFAULT 10, by text DEFAULT 'used')
+RETURNS SETOF flagmeter.status
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM flagmeter.check_meter_exists(meter);
+	IF n IS NULL OR n < 1 THEN
+		RAISE EXCEPTION 'n must be a positive number of tenants' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF by IS NULL OR NOT by = ANY (ARRAY['used', 'ratio']) THEN
+		RAISE EXCEPTION 'invalid ranking: "%"', by USING ERRCODE = 'invalid_parameter_value',
+			HINT = 'Rank by used or by ratio.';
+	END IF;
+	RETURN QUERY
+	SELECT s.* FROM flagmeter.status s
+	WHERE s.meter = top_tenants.meter
+	ORDER BY CASE WHEN by = 'used' THEN s.used::double precision ELSE s.ratio END DESC, s.tenant
+	LIMIT n;
+END $$;
+COMMENT ON FUNCTION flagmeter.top_tenants(text, integer, text) IS
+'the n tenants with a limit on the meter that use the most in their current period, ranked by used or by ratio';
+
+-- The usage of one tenant and meter per bucket, zero buckets included.
+-- Folded usage comes from the rollups (hourly for hour buckets and for time
+-- zones other than UTC, daily otherwise); events not folded yet are added
+-- from the raw events above the watermark.
+CREATE FUNCTION flagmeter.usage_series(tenant text, meter text, "from" timestamptz, "to" timestamptz,
+	bucket text DEFAULT 'day', timezone text DEFAULT 'UTC')
+RETURNS TABLE (bucket_start timestamptz, used bigint, counter flagmeter.quota_counter)
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	aggregation text;
+	step interval;
+	first_bucket timestamptz;
+	watermark xid8 := (SELECT m.folded_through FROM flagmeter.maintenance_state m);
+BEGIN
+	PERFORM flagmeter.check_tenant(tenant);
+	PERFORM flagmeter.check_meter_exists(meter);
+	SELECT m.aggregation INTO aggregation FROM flagmeter.meters m WHERE m.meter = usage_series.meter;
+	IF "from" IS NULL OR "to" IS NULL OR NOT isfinite("from") OR NOT isfinite("to") THEN
+		RAISE EXCEPTION 'from and to must be finite timestamps' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF bucket IS NULL OR NOT bucket = ANY (ARRAY['hour', 'day', 'month']) THEN
+		RAISE EXCEPTION 'invalid bucket: "%"', bucket USING ERRCODE = 'invalid_parameter_value',
+			HINT = 'Buckets are hour, day or month.';
+	END IF;
+	IF timezone IS NULL THEN
+		RAISE EXCEPTION 'time zone must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM flagmeter.period_bounds("from", 'day', "from", timezone);	-- validates the zone
+	IF "to" <= "from" THEN
+		RETURN;
+	END IF;
+	IF "to" - "from" > interval '3660 days' THEN
+		RAISE EXCEPTION 'a series spans at most ten years' USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	step := ('1 ' || bucket)::interval;
+	first_bucket := date_trunc(bucket, "from", timezone);
+
+	RETURN QUERY
+	WITH buckets AS (
+		-- local-time steps, so day and month buckets follow DST and month lengths
+		SELECT (s.local_start AT TIME ZONE timezone) AS b
+		FROM generate_series(first_bucket AT TIME ZONE timezone,
+		                     ("to" - interval '1 microsecond') AT TIME ZONE timezone,
+		                     step) AS s(local_start)
+	), folded AS (
+		SELECT date_trunc(bucket, r.bucket_start, timezone) AS b, r.counter
+		FROM flagmeter.rollup_hour r
+		WHERE (bucket = 'hour' OR timezone <> 'UTC')
+		  AND r.tenant = usage_series.tenant AND r.meter = usage_series.meter
+		  AND r.bucket_start >= first_bucket AND r.bucket_start < "to"
+		UNION ALL
+		SELECT date_trunc(bucket, r.bucket_start, timezone), r.counter
+		FROM flagmeter.rollup_day r
+		WHERE bucket <> 'hour' AND timezone = 'UTC'
+		  AND r.tenant = usage_series.tenant AND r.meter = usage_series.meter
+		  AND r.bucket_start >= first_bucket AND r.bucket_start < "to"
+		UNION ALL
+		SELECT date_trunc(bucket, e.occurred_at, timezone),
+		       flagmeter.event_counter(e.amount, e.occurred_at)
+		FROM flagmeter.events e
+		WHERE e.tenant = usage_series.tenant AND e.meter = usage_series.meter
+		  AND e.occurred_at >= first_bucket AND e.occurred_at < "to"
+		  AND e.xid >= watermark
+	), pending_voids AS (
+		SELECT date_trunc(bucket, v.occurred_at, timezone) AS b, sum(v.amount)::bigint AS amount, count(*) AS n
+		FROM flagmeter.voids v
+		WHERE v.tenant = usage_series.tenant AND v.meter = usage_series.meter
+		  AND v.occurred_at >= first_bucket AND v.occurred_at < "to"
+		  AND v.xid >= watermark
+		GROUP BY 1
+	), merged AS (
+		SELECT f.b, flagmeter.merge_agg(f.counter) AS counter FROM folded f GROUP BY f.b
+	), net AS (
+		SELECT m.b, CASE WHEN p.n IS NULL THEN m.counter
+		                 ELSE flagmeter.subtract_events(m.counter, p.amount, p.n) END AS counter
+		FROM merged m LEFT JOIN pending_voids p ON p.b = m.b
+	)
+	SELECT k.b,
+	       COALESCE(flagmeter.used_by(n.counter, aggregation), 0),
+	       COALESCE(n.counter, 'used=0 events=0 max=0'::flagmeter.quota_counter)
+	FROM buckets k
+	LEFT JOIN net n ON n.b = k.b
+	ORDER BY k.b;
+END $$;
+COMMENT ON FUNCTION flagmeter.usage_series(text, text, timestamptz, timestamptz, text, text) IS
+'usage of a tenant and meter per hour, day or month bucket (in the given time zone) from "from" up to "to", zero buckets included; includes events not folded yet';
+
+CREATE VIEW flagmeter.stats AS
+SELECT (SELECT count(*) FROM flagmeter.events e WHERE e.xid >= m.folded_through) AS pending_events,
+       (SELECT count(*) FROM flagmeter.voids v WHERE v.xid >= m.folded_through) AS pending_voids,
+       m.folded_through,
+       m.runs,
+       m.last_run_at,
+       m.last_run_duration,
+       m.last_run_folded,
+       m.total_folded,
+       m.total_voids_folded,
+       (SELECT count(*) FROM pg_catalog.pg_inherits i
+        WHERE i.inhparent = 'flagmeter.events'::regclass) AS partitions,
+       (SELECT count(*) FROM flagmeter.events_default) AS default_partition_events,
+       m.notifications_sent,
+       m.notifications_skipped
+FROM flagmeter.maintenance_state m;
+COMMENT ON VIEW flagmeter.stats IS
+'for operators: events and voids not folded yet, the last maintain() run, totals folded, partitions, notifications sent and skipped';
