@@ -38,12 +38,12 @@ fm_counter_report(FmResult r)
 		case FM_ERR_NEGATIVE_AMOUNT:
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("usage amount must not be negative")));
+					 errmsg("amount must not be negative")));
 			break;
 		case FM_ERR_TIMESTAMP:
 			ereport(ERROR,
 					(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-					 errmsg("timestamp out of range for quota_counter"),
+					 errmsg("timestamp out of range"),
 					 errdetail("Events must lie between 0001-01-01 and 9999-12-31 UTC.")));
 			break;
 		case FM_ERR_RANGE:

@@ -194,8 +194,8 @@ fm_check_amount(int64 amount, bool zero_allowed)
 	if (amount < 0 || (amount == 0 && !zero_allowed))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("amount must be %s: " INT64_FORMAT,
-						zero_allowed ? "zero or positive" : "positive", amount)));
+				 errmsg(zero_allowed ? "amount must not be negative: " INT64_FORMAT :
+						"amount must be positive: " INT64_FORMAT, amount)));
 }
 
 void
@@ -204,7 +204,7 @@ fm_check_timestamp(TimestampTz ts)
 	if (TIMESTAMP_NOT_FINITE(ts) || ts < FM_TS_MIN || ts > FM_TS_MAX)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-				 errmsg("timestamp out of range for usage"),
+				 errmsg("timestamp out of range"),
 				 errdetail("Events must lie between 0001-01-01 and 9999-12-31 UTC.")));
 }
 

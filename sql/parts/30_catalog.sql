@@ -158,7 +158,7 @@ BEGIN
 		RAISE EXCEPTION '% must not be NULL', kind USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	IF value !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$' THEN
-		RAISE EXCEPTION 'invalid % name: "%"', kind, value
+		RAISE EXCEPTION 'invalid % name "%"', kind, value
 			USING ERRCODE = 'invalid_name',
 			      DETAIL = 'Names are 1 to 63 characters from A-Z a-z 0-9 _ . : - and start with a letter or digit.';
 	END IF;
@@ -179,9 +179,9 @@ BEGIN
 		RAISE EXCEPTION 'aggregation must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	IF NOT aggregation = ANY (ARRAY['sum', 'count', 'max', 'latest']) THEN
-		RAISE EXCEPTION 'invalid aggregation: "%"', aggregation
+		RAISE EXCEPTION 'invalid aggregation "%"', aggregation
 			USING ERRCODE = 'invalid_parameter_value',
-			      HINT = 'Valid aggregations are sum, count, max and latest.';
+			      HINT = 'Valid aggregations are "sum", "count", "max" and "latest".';
 	END IF;
 	IF length(unit) > 63 THEN
 		RAISE EXCEPTION 'unit is too long' USING ERRCODE = 'string_data_right_truncation',
@@ -336,8 +336,11 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-	before jsonb := flagmeter.period_configs(tenant);
+	before jsonb;
 BEGIN
+	PERFORM flagmeter.check_tenant(tenant);
+	PERFORM flagmeter.check_meter_exists(meter);
+	before := flagmeter.period_configs(tenant);
 	DELETE FROM flagmeter.overrides o
 	WHERE o.tenant = drop_override.tenant AND o.meter = drop_override.meter;
 	IF NOT FOUND THEN
@@ -363,7 +366,7 @@ BEGIN
 		RAISE EXCEPTION 'tenant must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	IF tenant = '' OR octet_length(tenant) > 256 THEN
-		RAISE EXCEPTION 'invalid tenant id: "%"', left(tenant, 64) USING ERRCODE = 'invalid_parameter_value',
+		RAISE EXCEPTION 'invalid tenant id "%"', left(tenant, 64) USING ERRCODE = 'invalid_parameter_value',
 			DETAIL = 'A tenant id is 1 to 256 bytes long.';
 	END IF;
 END $$;
@@ -403,15 +406,15 @@ BEGIN
 		RAISE EXCEPTION 'period must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	IF period IS NOT NULL AND NOT period = ANY (ARRAY['hour', 'day', 'week', 'month', 'year', 'lifetime']) THEN
-		RAISE EXCEPTION 'invalid period: "%"', period USING ERRCODE = 'invalid_parameter_value',
-			HINT = 'Valid periods are hour, day, week, month, year and lifetime.';
+		RAISE EXCEPTION 'invalid period "%"', period USING ERRCODE = 'invalid_parameter_value',
+			HINT = 'Valid periods are "hour", "day", "week", "month", "year" and "lifetime".';
 	END IF;
 	IF mode IS NULL AND NOT inherit THEN
 		RAISE EXCEPTION 'mode must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	IF mode IS NOT NULL AND NOT mode = ANY (ARRAY['hard', 'soft']) THEN
-		RAISE EXCEPTION 'invalid mode: "%"', mode USING ERRCODE = 'invalid_parameter_value',
-			HINT = 'Valid modes are hard and soft.';
+		RAISE EXCEPTION 'invalid mode "%"', mode USING ERRCODE = 'invalid_parameter_value',
+			HINT = 'Valid modes are "hard" and "soft".';
 	END IF;
 	IF thresholds IS NULL AND NOT inherit THEN
 		RAISE EXCEPTION 'thresholds must not be NULL' USING ERRCODE = 'null_value_not_allowed';

@@ -23,7 +23,7 @@ CREATE TYPE flagmeter.decision AS (
 	meter		text
 );
 COMMENT ON TYPE flagmeter.decision IS
-'answer of consume and check: granted, used and remaining after the call (unchanged when denied), quota and remaining NULL when unlimited, resets_at NULL for lifetime, overage = used beyond the quota (soft limits)';
+'answer of consume and check: granted, used and remaining after the call (unchanged when denied), quota, remaining and overage NULL when unlimited, resets_at NULL for lifetime, overage = used beyond the quota (soft limits)';
 
 -- Raw events, partitioned by the day they were recorded (UTC) so that
 -- retention drops whole partitions; maintain() creates the partitions ahead
@@ -175,6 +175,15 @@ DECLARE
 	cfg record;
 	b record;
 BEGIN
+	-- No usage yet (the common case: a tenant assigned at signup): nothing
+	-- to recount, and no reason to pause anyone's ingest.  A track of this
+	-- tenant in flight right now counts in the period its occurred_at had
+	-- under the old boundaries.
+	IF NOT EXISTS (SELECT FROM flagmeter.counters c
+	               WHERE c.tenant = recount_current_period.tenant
+	                 AND c.meter = recount_current_period.meter) THEN
+		RETURN;
+	END IF;
 	LOCK TABLE flagmeter.counters IN SHARE ROW EXCLUSIVE MODE;
 	SELECT * INTO cfg FROM flagmeter.limit_config(tenant, meter);
 	IF NOT FOUND THEN

@@ -9,13 +9,14 @@
 --      when it is folded, whatever order the transactions committed in;
 --      nothing is folded twice because the watermark moves in the same
 --      transaction, under the lock of the state row.
---   2. partitions for the coming days are created; partitions older than
---      the retention whose events are all folded are dropped;
---   3. idempotency keys and voids older than the retention are deleted;
---   4. the stripes of periods that have ended are merged into one row.
--- It never locks a row or table that track writes, except the stripes of
--- periods that have ended (a late event for such a period waits for the
--- end of the run).
+--   2. idempotency keys and voids older than the retention are deleted;
+--   3. the stripes of periods that have ended are merged into one row;
+--   4. partitions for the coming days are created; partitions older than
+--      the retention whose events are all folded are dropped.
+-- It never waits for a lock that track holds and never makes track wait,
+-- except: a late event for a period that has ended waits for the end of
+-- the run when its stripes are being compacted, and dropping an expired
+-- partition (once a day) holds inserts for the last moment of the run.
 -- ---------------------------------------------------------------------------
 
 CREATE TABLE flagmeter.settings (
@@ -79,9 +80,13 @@ CREATE INDEX voids_voided_at ON flagmeter.voids USING brin (voided_at);
 -- Partitions ---------------------------------------------------------------------
 
 -- Creates the daily partitions of events from today (UTC) to partitions_ahead
--- days ahead.  A new partition is made as a table and then attached, which
--- takes a lock that does not block inserts; a day whose events already went
--- to the default partition keeps them there.  Returns how many were created.
+-- days ahead; returns how many it created.  Attaching a partition must lock
+-- the default partition, which takes events only when a day has no
+-- partition (the day flagmeter is installed): the lock is asked with NOWAIT
+-- so that ingest never queues behind it, and a busy default partition means
+-- "try again next run".  A day whose events already went to the default
+-- partition keeps them there.  Each partition is made as a table and then
+-- attached, which does not block inserts into the other partitions.
 CREATE FUNCTION flagmeter.create_partitions()
 RETURNS integer
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -96,6 +101,19 @@ DECLARE
 	upper_bound text;
 	created integer := 0;
 BEGIN
+	IF NOT EXISTS (
+		SELECT FROM generate_series(0, ahead) i
+		WHERE to_regclass('flagmeter.events_p'
+		                  || to_char((today + make_interval(days => i)) AT TIME ZONE 'UTC', 'YYYYMMDD')) IS NULL)
+	THEN
+		RETURN 0;
+	END IF;
+	BEGIN
+		LOCK TABLE flagmeter.events_default IN ACCESS EXCLUSIVE MODE NOWAIT;
+	EXCEPTION WHEN lock_not_available THEN
+		RETURN 0;
+	END;
+
 	FOR i IN 0..ahead LOOP
 		day := today + make_interval(days => i);
 		name := 'events_p' || to_char(day AT TIME ZONE 'UTC', 'YYYYMMDD');
@@ -106,22 +124,20 @@ BEGIN
 		lower_bound := to_char(day AT TIME ZONE 'UTC', 'YYYY-MM-DD') || ' 00:00:00+00';
 		upper_bound := to_char((day + interval '1 day') AT TIME ZONE 'UTC', 'YYYY-MM-DD') || ' 00:00:00+00';
 		EXECUTE format('CREATE TABLE flagmeter.%I (LIKE flagmeter.events INCLUDING DEFAULTS)', name);
-		EXECUTE format('ALTER TABLE flagmeter.%I ADD CONSTRAINT %I CHECK (recorded_at >= %L AND recorded_at < %L)',
-		               name, name || '_range', lower_bound, upper_bound);
 		EXECUTE format('ALTER TABLE flagmeter.events ATTACH PARTITION flagmeter.%I FOR VALUES FROM (%L) TO (%L)',
 		               name, lower_bound, upper_bound);
-		EXECUTE format('ALTER TABLE flagmeter.%I DROP CONSTRAINT %I', name, name || '_range');
 		created := created + 1;
 	END LOOP;
 	RETURN created;
 END $$;
 COMMENT ON FUNCTION flagmeter.create_partitions() IS
-'creates the daily partitions of flagmeter.events for today and the days ahead (settings.partitions_ahead); returns how many it created';
+'creates the daily partitions of flagmeter.events for today and the days ahead (settings.partitions_ahead); returns how many it created (0 when the default partition is busy: the next run tries again)';
 
 -- Drops the daily partitions that ended before the retention cut-off and hold
--- no event still to fold.  Dropping needs a short exclusive lock on events;
--- when it is not had within lock_timeout the partition is left for the next
--- run rather than stalling ingest.
+-- no event still to fold.  Dropping a partition locks events exclusively
+-- until the end of the transaction (maintain() does it last): inserts wait
+-- for that moment, and when the lock is not had within 50 ms the partition
+-- is left for the next run rather than stalling ingest longer.
 CREATE FUNCTION flagmeter.drop_expired_partitions(folded_through xid8)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -148,7 +164,7 @@ BEGIN
 			INTO unfolded USING folded_through;
 		CONTINUE WHEN unfolded;
 		BEGIN
-			PERFORM set_config('lock_timeout', '200ms', true);
+			PERFORM set_config('lock_timeout', '50ms', true);
 			EXECUTE format('DROP TABLE %s', part.rel);
 			PERFORM set_config('lock_timeout', saved_timeout, true);
 			dropped := dropped + 1;
@@ -288,15 +304,16 @@ BEGIN
 		voids_folded := 0;
 	END IF;
 
-	partitions_created := flagmeter.create_partitions();
-	partitions_dropped := flagmeter.drop_expired_partitions(high);
-
 	cutoff := now() - (SELECT s.retention FROM flagmeter.settings s);
 	DELETE FROM flagmeter.event_keys k WHERE k.recorded_at < cutoff;
 	GET DIAGNOSTICS keys_expired = ROW_COUNT;
 	DELETE FROM flagmeter.voids v WHERE v.voided_at < cutoff AND v.xid < high;
 
 	periods_compacted := flagmeter.compact_counters();
+
+	-- Last, since they hold table locks until the commit that follows.
+	partitions_created := flagmeter.create_partitions();
+	partitions_dropped := flagmeter.drop_expired_partitions(high);
 
 	duration := clock_timestamp() - started;
 	UPDATE flagmeter.maintenance_state m

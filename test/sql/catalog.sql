@@ -89,6 +89,8 @@ SELECT override_limit('acme', 'api_calls', 1, NULL, NULL, '{101,101}');
 SELECT tenant, meter, quota, period, mode, thresholds FROM effective_limits ORDER BY tenant, meter;
 SELECT drop_override('acme', 'tokens');
 SELECT drop_override('acme', 'tokens');
+SELECT drop_override(NULL, 'tokens');
+SELECT drop_override('acme', 'nope');
 SELECT tenant, meter, quota, period, mode, thresholds FROM effective_limits ORDER BY tenant, meter;
 
 -- The limit in force for tenants with and without a plan
