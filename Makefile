@@ -14,7 +14,9 @@ OBJS = \
 	src/period.o \
 	src/statements.o \
 	src/limits.o \
-	src/accounting.o
+	src/accounting.o \
+	src/notify.o \
+	src/invalidate.o
 
 # The install script is built from one file per concern under sql/parts;
 # released upgrade scripts (sql/flagmeter--A--B.sql) are shipped as they are.

@@ -34,6 +34,7 @@
 #include "compat.h"
 #include "counter.h"
 #include "limits.h"
+#include "notify.h"
 #include "period.h"
 #include "statements.h"
 
@@ -335,6 +336,18 @@ claim_key(const char *tenant, const char *key, int seq, const char *meter,
 	return SPI_processed == 1;
 }
 
+/* Queue the announcements a new usage level of a limited meter calls for. */
+static void
+announce_usage_level(const char *tenant, const char *meter, const FmLimit *limit,
+					 TimestampTz period_start, const FmCounter *total)
+{
+	if (!limit->limited)
+		return;
+	fm_queue_usage_level(tenant, meter, period_start,
+						 fm_used_of(total, limit->aggregation), limit->quota,
+						 limit->hard, limit->thresholds, limit->nthresholds);
+}
+
 /* Build a flagmeter.decision tuple. */
 static HeapTuple
 decision_tuple(TupleDesc desc, const FmDecision *d)
@@ -456,6 +469,7 @@ fm_track(PG_FUNCTION_ARGS)
 	TimestampTz period_start;
 	TimestampTz period_end;
 	FmCounter	delta;
+	FmCounter	total;
 	Datum		args[5];
 
 	if (PG_ARGISNULL(2))
@@ -498,8 +512,10 @@ fm_track(PG_FUNCTION_ARGS)
 	/*
 	 * The period's usage must stay representable: merging its rows raises
 	 * 22003 (and rolls the event back) when this event would overflow it.
+	 * The total also says whether a threshold is reached.
 	 */
-	(void) read_period(tenant, meter, period_start, false);
+	total = read_period(tenant, meter, period_start, false);
+	announce_usage_level(tenant, meter, &limit, period_start, &total);
 
 	SPI_finish();
 	PG_RETURN_BOOL(true);
@@ -834,8 +850,18 @@ fm_track_batch(PG_FUNCTION_ARGS)
 				/* every period touched must stay representable, as in track */
 				hash_seq_init(&scan, groups);
 				while ((group = hash_seq_search(&scan)) != NULL)
-					(void) read_period(tenants[group->first], meters[group->first],
-									   group->key.period_start, false);
+				{
+					char		hkey[sizeof(((BatchLimitEntry *) 0)->key)];
+					BatchLimitEntry *entry;
+					FmCounter	total;
+
+					total = read_period(tenants[group->first], meters[group->first],
+										group->key.period_start, false);
+					tenant_meter_key(hkey, tenants[group->first], meters[group->first]);
+					entry = hash_search(limits, hkey, HASH_FIND, NULL);
+					announce_usage_level(tenants[group->first], meters[group->first],
+										 &entry->limit, group->key.period_start, &total);
+				}
 			}
 		}
 	}
@@ -989,6 +1015,11 @@ consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 			args[3] = FmCounterPGetDatum(&afters[i]);
 			fm_execute(&write_stripe0_stmt, args, NULL, false, 0);
 			insert_event(tenant, items[i].meter, items[i].amount, now, key);
+			if (items[i].limit.limited)
+				fm_queue_usage_level(tenant, items[i].meter, items[i].period_start,
+									 decisions[i].used, items[i].limit.quota,
+									 items[i].limit.hard, items[i].limit.thresholds,
+									 items[i].limit.nthresholds);
 		}
 	}
 
@@ -1211,6 +1242,25 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	fm_execute(&drop_stripes_stmt, args, NULL, false, 0);
 	args[3] = FmCounterPGetDatum(&total);
 	fm_execute(&set_stripe0_stmt, args, NULL, false, 0);
+
+	/* back under a hard limit: unblocked, if it was blocked */
+	if (limit.limited && limit.hard &&
+		fm_used_of(&total, limit.aggregation) < limit.quota)
+	{
+		FmQuotaEvent event;
+
+		memset(&event, 0, sizeof(event));
+		event.kind = FM_EVENT_UNBLOCKED;
+		event.tenant = tenant;
+		event.meter = item->meter;
+		event.has_period = true;
+		event.period_start = period_start;
+		event.has_usage = true;
+		event.used = fm_used_of(&total, limit.aggregation);
+		event.has_quota = true;
+		event.quota = limit.quota;
+		fm_queue_quota_event(&event);
+	}
 }
 
 /*

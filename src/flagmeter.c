@@ -9,6 +9,7 @@
 #include "utils/guc.h"
 
 #include "accounting.h"
+#include "notify.h"
 
 PG_MODULE_MAGIC;
 
@@ -18,5 +19,6 @@ void
 _PG_init(void)
 {
 	fm_accounting_init();
+	fm_notify_init();
 	MarkGUCPrefixReserved("flagmeter");
 }

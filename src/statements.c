@@ -5,9 +5,12 @@
 #include "postgres.h"
 
 #include "catalog/namespace.h"
+#include "catalog/pg_namespace.h"
+#include "miscadmin.h"
 #include "catalog/pg_type.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
+#include "access/htup_details.h"
 
 #include "statements.h"
 
@@ -37,6 +40,27 @@ fm_counter_type_oid(void)
 	if (!OidIsValid(typid))
 		elog(ERROR, "type flagmeter.quota_counter is missing");
 	return typid;
+}
+
+/*
+ * The owner of schema flagmeter (the extension's owner).  flagmeter's own
+ * statements run as this role, so the roles that call track or consume
+ * need EXECUTE on those functions and no privileges on the tables: a
+ * caller cannot change limits or read other tenants' rows through them.
+ * The statements take only parameters, never caller-supplied SQL.
+ */
+Oid
+fm_owner_oid(void)
+{
+	HeapTuple	tuple;
+	Oid			owner;
+
+	tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(fm_schema_oid()));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for schema flagmeter");
+	owner = ((Form_pg_namespace) GETSTRUCT(tuple))->nspowner;
+	ReleaseSysCache(tuple);
+	return owner;
 }
 
 static void
@@ -72,12 +96,20 @@ fm_execute(FmStatement *st, Datum *values, const char *nulls,
 		   bool read_only, long count)
 {
 	Oid			counter_type = fm_counter_type_oid();
+	Oid			saved_user;
+	int			saved_context;
 	int			rc;
 
 	if (st->plan == NULL || st->prepared_for != counter_type)
 		fm_prepare(st, counter_type);
 
+	/* as the owner; an error resets the user at abort */
+	GetUserIdAndSecContext(&saved_user, &saved_context);
+	SetUserIdAndSecContext(fm_owner_oid(),
+						   saved_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
 	rc = SPI_execute_plan(st->plan, values, nulls, read_only, count);
+	SetUserIdAndSecContext(saved_user, saved_context);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s",
 			 st->sql, SPI_result_code_string(rc));

@@ -33,10 +33,11 @@ typedef struct FmStatement
 extern Oid	fm_schema_oid(void);
 extern Oid	fm_relation_oid(const char *relname);
 extern Oid	fm_counter_type_oid(void);
+extern Oid	fm_owner_oid(void);
 
 /*
- * Run a statement (inside SPI_connect); returns the SPI result code after
- * checking it is the expected one.  read_only must be true in STABLE
+ * Run a statement (inside SPI_connect), as the owner of schema flagmeter;
+ * returns the SPI result code.  read_only must be true in STABLE
  * callers, so the caller's snapshot is used.
  */
 extern int	fm_execute(FmStatement *st, Datum *values, const char *nulls,

@@ -248,6 +248,10 @@ BEGIN
 			PERFORM flagmeter.recount_current_period(t, meter);
 		END LOOP;
 	END IF;
+
+	-- announced at commit; a raised limit may unblock tenants of the plan
+	PERFORM flagmeter.announce('limit_changed', NULL, meter, plan);
+	PERFORM flagmeter.review_blocks(NULL, meter, plan);
 END $$;
 COMMENT ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) IS
 'sets or replaces the limit of a plan for a meter; applies to the current period at once';
@@ -292,6 +296,9 @@ BEGIN
 	LOOP
 		PERFORM flagmeter.recount_current_period(tenant, m);
 	END LOOP;
+
+	PERFORM flagmeter.announce('plan_changed', tenant, NULL, plan);
+	PERFORM flagmeter.review_blocks(tenant);
 END $$;
 COMMENT ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) IS
 'puts a tenant on a plan with its billing anchor and time zone; usage of the current period is recounted when its boundaries move';
@@ -326,6 +333,9 @@ BEGIN
 	IF flagmeter.period_configs(tenant) -> meter IS DISTINCT FROM before -> meter THEN
 		PERFORM flagmeter.recount_current_period(tenant, meter);
 	END IF;
+
+	PERFORM flagmeter.announce('limit_changed', tenant, meter);
+	PERFORM flagmeter.review_blocks(tenant, meter);
 END $$;
 COMMENT ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) IS
 'gives one tenant its own limit for a meter, winning over its plan''s; NULL period, mode or thresholds inherit the plan''s';
@@ -349,6 +359,8 @@ BEGIN
 	IF flagmeter.period_configs(tenant) -> meter IS DISTINCT FROM before -> meter THEN
 		PERFORM flagmeter.recount_current_period(tenant, meter);
 	END IF;
+	PERFORM flagmeter.announce('limit_changed', tenant, meter);
+	PERFORM flagmeter.review_blocks(tenant, meter);
 	RETURN true;
 END $$;
 COMMENT ON FUNCTION flagmeter.drop_override(text, text) IS

@@ -11,6 +11,9 @@
 --      transaction, under the lock of the state row.
 --   2. idempotency keys and voids older than the retention are deleted;
 --   3. the stripes of periods that have ended are merged into one row;
+--      tenants blocked in ended periods are unblocked; a resync hint goes
+--      out for notifications skipped under backpressure; old outbox rows
+--      are deleted;
 --   4. partitions for the coming days are created; partitions older than
 --      the retention whose events are all folded are dropped.
 -- It never waits for a lock that track holds and never makes track wait,
@@ -41,12 +44,11 @@ CREATE TABLE flagmeter.maintenance_state (
 	last_run_folded		bigint NOT NULL DEFAULT 0,
 	total_folded		bigint NOT NULL DEFAULT 0,
 	total_voids_folded	bigint NOT NULL DEFAULT 0,
-	notifications_sent	bigint NOT NULL DEFAULT 0,
-	notifications_skipped bigint NOT NULL DEFAULT 0
+	resync_sent_through	bigint NOT NULL DEFAULT 0
 );
 INSERT INTO flagmeter.maintenance_state DEFAULT VALUES;
 COMMENT ON TABLE flagmeter.maintenance_state IS
-'where folding stands (events with xid below folded_through are in the rollups) and counters of maintain() runs';
+'where folding stands (events with xid below folded_through are in the rollups), counters of maintain() runs, and the outbox version up to which a resync hint went out for skipped notifications';
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.maintenance_state', '');
 
 CREATE TABLE flagmeter.rollup_hour (
@@ -310,6 +312,14 @@ BEGIN
 	DELETE FROM flagmeter.voids v WHERE v.voided_at < cutoff AND v.xid < high;
 
 	periods_compacted := flagmeter.compact_counters();
+
+	-- Tenants blocked in periods that have ended are unblocked, and app
+	-- instances that missed notifications (queue too full) are told to
+	-- resync; both announce at commit.
+	PERFORM flagmeter.review_blocks();
+	PERFORM flagmeter.send_resync_hint();
+	DELETE FROM flagmeter.outbox o WHERE o.created_at < cutoff;
+	DELETE FROM flagmeter.notification_skips k WHERE k.skipped_at < cutoff;
 
 	-- Last, since they hold table locks until the commit that follows.
 	partitions_created := flagmeter.create_partitions();

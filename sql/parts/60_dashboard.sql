@@ -149,21 +149,3 @@ END $$;
 COMMENT ON FUNCTION flagmeter.usage_series(text, text, timestamptz, timestamptz, text, text) IS
 'usage of a tenant and meter per hour, day or month bucket (in the given time zone) from "from" up to "to", zero buckets included; includes events not folded yet';
 
-CREATE VIEW flagmeter.stats AS
-SELECT (SELECT count(*) FROM flagmeter.events e WHERE e.xid >= m.folded_through) AS pending_events,
-       (SELECT count(*) FROM flagmeter.voids v WHERE v.xid >= m.folded_through) AS pending_voids,
-       m.folded_through,
-       m.runs,
-       m.last_run_at,
-       m.last_run_duration,
-       m.last_run_folded,
-       m.total_folded,
-       m.total_voids_folded,
-       (SELECT count(*) FROM pg_catalog.pg_inherits i
-        WHERE i.inhparent = 'flagmeter.events'::regclass) AS partitions,
-       (SELECT count(*) FROM flagmeter.events_default) AS default_partition_events,
-       m.notifications_sent,
-       m.notifications_skipped
-FROM flagmeter.maintenance_state m;
-COMMENT ON VIEW flagmeter.stats IS
-'for operators: events and voids not folded yet, the last maintain() run, totals folded, partitions, notifications sent and skipped';

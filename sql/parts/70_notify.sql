@@ -1,0 +1,184 @@
+-- ---------------------------------------------------------------------------
+-- Notifications: the outbox of quota events, block state, the invalidate
+-- trigger for app tables, and the operator stats.
+--
+-- Channel "flagmeter"; JSON payloads under 1 kB.  Quota events are written
+-- to the outbox at commit (src/notify.c) with versions in commit order, so
+-- "what changed since version V" misses nothing; notifications are hints,
+-- the outbox is the record.
+-- ---------------------------------------------------------------------------
+
+CREATE SEQUENCE flagmeter.outbox_version;
+COMMENT ON SEQUENCE flagmeter.outbox_version IS
+'versions of outbox rows, drawn at commit in commit order';
+
+CREATE TABLE flagmeter.outbox (
+	version			bigint PRIMARY KEY,
+	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	kind			text NOT NULL
+		CONSTRAINT outbox_kind_valid
+		CHECK (kind OPERATOR(pg_catalog.=) ANY (ARRAY['threshold', 'blocked', 'unblocked',
+		                                              'limit_changed', 'plan_changed'])),
+	tenant			text,
+	meter			text,
+	plan			text,
+	period_start	timestamptz,
+	threshold		integer,
+	used			bigint,
+	quota			bigint,
+	notified		boolean NOT NULL
+);
+-- a threshold is announced once per tenant, meter and period
+CREATE UNIQUE INDEX outbox_threshold_once ON flagmeter.outbox (tenant, meter, period_start, threshold)
+	WHERE kind OPERATOR(pg_catalog.=) 'threshold'::text;
+CREATE INDEX outbox_created_at ON flagmeter.outbox USING brin (created_at);
+COMMENT ON TABLE flagmeter.outbox IS
+'every quota event (threshold reached, blocked, unblocked, limit or plan changed) with a version in commit order; notified is false when the notification was skipped under backpressure';
+
+CREATE TABLE flagmeter.blocked (
+	tenant			text NOT NULL,
+	meter			text NOT NULL,
+	period_start	timestamptz NOT NULL,
+	blocked_at		timestamptz NOT NULL,
+	PRIMARY KEY (tenant, meter, period_start)
+);
+COMMENT ON TABLE flagmeter.blocked IS
+'tenants whose usage reached a hard limit in a period, until a void, a limit change or the end of the period brings them back under it';
+
+CREATE TABLE flagmeter.notification_skips (
+	skipped_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	kind			text NOT NULL,
+	detail			text
+);
+COMMENT ON TABLE flagmeter.notification_skips IS
+'invalidations not sent because the NOTIFY queue was fuller than flagmeter.notify_queue_limit';
+
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.outbox', '');
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.outbox_version', '');
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.blocked', '');
+
+CREATE FUNCTION flagmeter.announce(kind text, tenant text, meter text, plan text DEFAULT NULL,
+	period_start timestamptz DEFAULT NULL, used bigint DEFAULT NULL, quota bigint DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'fm_announce'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint) IS
+'queues a quota event (blocked, unblocked, limit_changed, plan_changed) to be recorded and announced when the transaction commits';
+
+-- Unblocks the blocked tenants (optionally of one tenant, meter or plan)
+-- whose usage is back under their hard limit, or whose period has ended,
+-- or whose limit is gone or soft.
+CREATE FUNCTION flagmeter.review_blocks(tenant text DEFAULT NULL, meter text DEFAULT NULL,
+	plan text DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	b record;
+	cfg record;
+	used bigint;
+	unblocked integer := 0;
+BEGIN
+	FOR b IN
+		SELECT bl.tenant, bl.meter, bl.period_start
+		FROM flagmeter.blocked bl
+		LEFT JOIN flagmeter.tenants t ON t.tenant = bl.tenant
+		WHERE (review_blocks.tenant IS NULL OR bl.tenant = review_blocks.tenant)
+		  AND (review_blocks.meter IS NULL OR bl.meter = review_blocks.meter)
+		  AND (review_blocks.plan IS NULL OR t.plan = review_blocks.plan)
+		ORDER BY 1, 2, 3
+	LOOP
+		SELECT * INTO cfg FROM flagmeter.limit_config(b.tenant, b.meter);
+		-- the usage of the blocked period (lifetime periods start at -infinity)
+		used := CASE WHEN cfg.aggregation IS NULL THEN NULL
+		             ELSE flagmeter.used_by(flagmeter.usage(b.tenant, b.meter,
+		                      CASE WHEN isfinite(b.period_start) THEN b.period_start ELSE now() END),
+		                      cfg.aggregation) END;
+		IF cfg.aggregation IS NULL OR cfg.quota IS NULL OR cfg.mode = 'soft'
+		   OR (flagmeter.period_bounds(now(), cfg.period, cfg.anchor, cfg.timezone)).period_start <> b.period_start
+		   OR used < cfg.quota
+		THEN
+			PERFORM flagmeter.announce('unblocked', b.tenant, b.meter, NULL, b.period_start, used, cfg.quota);
+			unblocked := unblocked + 1;
+		END IF;
+	END LOOP;
+	RETURN unblocked;
+END $$;
+COMMENT ON FUNCTION flagmeter.review_blocks(text, text, text) IS
+'announces "unblocked" for blocked tenants that are back under their hard limit (limit raised or removed, usage voided, period ended); returns how many';
+
+-- After notifications were skipped under backpressure, one hint tells app
+-- instances to resync from the outbox, once the queue has room again.
+CREATE FUNCTION flagmeter.send_resync_hint()
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	skipped_through bigint;
+	limit_setting double precision :=
+		COALESCE(current_setting('flagmeter.notify_queue_limit', true)::double precision, 0.5);
+BEGIN
+	SELECT max(o.version) INTO skipped_through
+	FROM flagmeter.outbox o
+	WHERE NOT o.notified
+	  AND o.version > (SELECT m.resync_sent_through FROM flagmeter.maintenance_state m);
+	IF skipped_through IS NULL OR pg_notification_queue_usage() > limit_setting THEN
+		RETURN false;
+	END IF;
+	PERFORM pg_notify('flagmeter',
+	                  json_build_object('kind', 'resync', 'version', skipped_through)::text);
+	UPDATE flagmeter.maintenance_state SET resync_sent_through = skipped_through;
+	RETURN true;
+END $$;
+COMMENT ON FUNCTION flagmeter.send_resync_hint() IS
+'sends one "resync" notification when outbox rows were not announced (backpressure) and the queue has room again';
+
+CREATE FUNCTION flagmeter.changes_since(version bigint)
+RETURNS SETOF flagmeter.outbox
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+SELECT o.* FROM flagmeter.outbox o
+WHERE o.version OPERATOR(pg_catalog.>) $1
+ORDER BY o.version
+$$;
+COMMENT ON FUNCTION flagmeter.changes_since(bigint) IS
+'the quota events recorded after version, in version (= commit) order: what an app instance that was disconnected must replay';
+
+CREATE FUNCTION flagmeter.latest_version()
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+SELECT COALESCE(max(o.version), 0) FROM flagmeter.outbox o
+$$;
+COMMENT ON FUNCTION flagmeter.latest_version() IS
+'the version of the latest recorded quota event (0 when none): where a fresh app instance starts';
+
+CREATE FUNCTION flagmeter.invalidate()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'fm_invalidate'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.invalidate() IS
+'trigger for app tables: AFTER INSERT OR UPDATE OR DELETE (OR TRUNCATE), per row or per statement (with transition tables for keys); arguments name the key columns (default: the primary key); one notification per table per transaction at commit';
+
+CREATE VIEW flagmeter.stats AS
+SELECT (SELECT count(*) FROM flagmeter.events e WHERE e.xid >= m.folded_through) AS pending_events,
+       (SELECT count(*) FROM flagmeter.voids v WHERE v.xid >= m.folded_through) AS pending_voids,
+       m.folded_through,
+       m.runs,
+       m.last_run_at,
+       m.last_run_duration,
+       m.last_run_folded,
+       m.total_folded,
+       m.total_voids_folded,
+       (SELECT count(*) FROM pg_catalog.pg_inherits i
+        WHERE i.inhparent = 'flagmeter.events'::regclass) AS partitions,
+       (SELECT count(*) FROM flagmeter.events_default) AS default_partition_events,
+       (SELECT count(*) FROM flagmeter.outbox o WHERE o.notified) AS notifications_sent,
+       (SELECT count(*) FROM flagmeter.outbox o WHERE NOT o.notified)
+         + (SELECT count(*) FROM flagmeter.notification_skips) AS notifications_skipped,
+       (SELECT count(*) FROM flagmeter.blocked) AS blocked
+FROM flagmeter.maintenance_state m;
+COMMENT ON VIEW flagmeter.stats IS
+'for operators: events and voids not folded yet, the last maintain() run, totals folded, partitions, quota notifications sent, notifications skipped under backpressure, tenants blocked';

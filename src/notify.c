@@ -1,0 +1,852 @@
+/*
+ * notify.c
+ *	  Quota events and cache invalidations, announced at commit.
+ *
+ * See notify.h for the contract.  How it holds:
+ *
+ * - Queued items live in TopTransactionContext, each tagged with the
+ *   subtransaction nesting level that queued it; a subtransaction abort
+ *   drops its items, a subtransaction commit hands them to its parent.
+ *
+ * - At XACT_EVENT_PRE_COMMIT (before PreCommit_Notify, so our NOTIFYs are
+ *   part of this commit) quota events are written to flagmeter.outbox
+ *   while holding the lock PreCommit_Notify itself takes for the commit
+ *   (AccessExclusive on "database 0", held through the commit record): the
+ *   outbox versions drawn under it are therefore in commit order, and a
+ *   client resyncing from version V misses nothing.  Only transactions that
+ *   queued a quota event take it; the hot path (track below every
+ *   threshold) queues nothing.
+ *
+ * - "Once per threshold per tenant, meter and period" is the outbox's
+ *   partial unique index; "blocked" is a row in flagmeter.blocked.  A
+ *   session remembers for a while what it saw announced, so a tenant above
+ *   a threshold does not make every later call of this session try again.
+ *
+ * - When pg_notification_queue_usage() is above flagmeter.notify_queue_limit
+ *   nothing is sent (a full queue would fail the commit): outbox rows are
+ *   kept with notified = false and skipped invalidations are logged in
+ *   flagmeter.notification_skips; maintain() sends one "resync" hint once
+ *   the queue has drained.
+ */
+#include "postgres.h"
+#include "fmgr.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_database.h"
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "common/int.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "nodes/pg_list.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "counter_core.h"
+#include "notify.h"
+#include "statements.h"
+
+/* flagmeter.notify_queue_limit */
+static double fm_notify_queue_limit = 0.5;
+
+/* How long a session trusts what it saw announced. */
+#define ANNOUNCED_TTL_USECS		(30 * USECS_PER_SEC)
+#define ANNOUNCED_CACHE_MAX		10000
+
+/* Keys reported per table before "the whole table changed". */
+#define MAX_KEYS_PER_TABLE		200
+
+/* Identity of an announcement, for deduplication. */
+typedef struct AnnouncedKey
+{
+	char		tenant[256 + 1];
+	char		meter[63 + 1];
+	TimestampTz period_start;
+	int			kind;
+	int			threshold;
+} AnnouncedKey;
+
+typedef struct AnnouncedEntry
+{
+	AnnouncedKey key;
+	TimestampTz seen_at;
+} AnnouncedEntry;
+
+typedef struct PendingEvent
+{
+	FmQuotaEvent event;			/* strings in TopTransactionContext */
+	int			level;
+	bool		dedupe;			/* key is meaningful */
+	AnnouncedKey key;
+} PendingEvent;
+
+typedef struct PendingInvalidation
+{
+	Oid			relid;
+	const char *op;
+	char	   *key_json;		/* NULL: the whole table */
+	int			level;
+} PendingInvalidation;
+
+static List *pending_events = NIL;
+static List *pending_invalidations = NIL;
+static List *announced_now = NIL;	/* keys to remember once committed */
+static HTAB *announced_cache = NULL;
+
+static const char *const kind_names[] = {
+	"threshold", "blocked", "unblocked", "limit_changed", "plan_changed"
+};
+
+/* ---------------------------------------------------------------------
+ * Statements run at pre-commit
+ * ---------------------------------------------------------------------
+ */
+#define EQ " OPERATOR(pg_catalog.=) "
+
+static FmStatement insert_threshold_stmt = {
+	"INSERT INTO flagmeter.outbox"
+	" (version, kind, tenant, meter, period_start, threshold, used, quota, notified)"
+	" VALUES (pg_catalog.nextval('flagmeter.outbox_version'), 'threshold',"
+	"         $1, $2, $3, $4, $5, $6, $7)"
+	" ON CONFLICT (tenant, meter, period_start, threshold)"
+	" WHERE kind" EQ "'threshold'::text DO NOTHING"
+	" RETURNING version",
+	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT4OID, INT8OID, INT8OID, BOOLOID}
+};
+
+static FmStatement insert_event_stmt = {
+	"INSERT INTO flagmeter.outbox"
+	" (version, kind, tenant, meter, plan, period_start, used, quota, notified)"
+	" VALUES (pg_catalog.nextval('flagmeter.outbox_version'),"
+	"         $1, $2, $3, $4, $5, $6, $7, $8)"
+	" RETURNING version",
+	8, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID, BOOLOID}
+};
+
+static FmStatement block_stmt = {
+	"INSERT INTO flagmeter.blocked (tenant, meter, period_start, blocked_at)"
+	" VALUES ($1, $2, $3, pg_catalog.now())"
+	" ON CONFLICT (tenant, meter, period_start) DO NOTHING",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+static FmStatement unblock_stmt = {
+	"DELETE FROM flagmeter.blocked"
+	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+static FmStatement log_skip_stmt = {
+	"INSERT INTO flagmeter.notification_skips (kind, detail) VALUES ($1, $2)",
+	2, {TEXTOID, TEXTOID}
+};
+
+/* ---------------------------------------------------------------------
+ * Queueing
+ * ---------------------------------------------------------------------
+ */
+static char *
+txn_strdup(const char *s)
+{
+	return s ? MemoryContextStrdup(TopTransactionContext, s) : NULL;
+}
+
+static void
+make_key(AnnouncedKey *key, const char *tenant, const char *meter,
+		 TimestampTz period_start, FmQuotaEventKind kind, int threshold)
+{
+	memset(key, 0, sizeof(*key));
+	strlcpy(key->tenant, tenant, sizeof(key->tenant));
+	strlcpy(key->meter, meter, sizeof(key->meter));
+	key->period_start = period_start;
+	key->kind = (int) kind;
+	key->threshold = threshold;
+}
+
+/* Announced recently in this session, or queued in this transaction? */
+static bool
+already_announced(const AnnouncedKey *key)
+{
+	ListCell   *lc;
+
+	if (announced_cache)
+	{
+		AnnouncedEntry *entry = hash_search(announced_cache, key, HASH_FIND, NULL);
+
+		if (entry && GetCurrentTimestamp() - entry->seen_at < ANNOUNCED_TTL_USECS)
+			return true;
+	}
+	foreach(lc, pending_events)
+	{
+		PendingEvent *p = lfirst(lc);
+
+		if (p->dedupe && memcmp(&p->key, key, sizeof(AnnouncedKey)) == 0)
+			return true;
+	}
+	return false;
+}
+
+static void
+queue_event(const FmQuotaEvent *event, const AnnouncedKey *key)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	PendingEvent *p = palloc0(sizeof(PendingEvent));
+
+	p->event = *event;
+	p->event.tenant = txn_strdup(event->tenant);
+	p->event.meter = txn_strdup(event->meter);
+	p->event.plan = txn_strdup(event->plan);
+	p->level = GetCurrentTransactionNestLevel();
+	if (key)
+	{
+		p->dedupe = true;
+		p->key = *key;
+	}
+	pending_events = lappend(pending_events, p);
+	MemoryContextSwitchTo(old);
+}
+
+void
+fm_queue_quota_event(const FmQuotaEvent *event)
+{
+	queue_event(event, NULL);
+}
+
+static bool
+reached(int64 used, int64 quota, int percent)
+{
+	int64		used100;
+	int64		scaled;
+
+	if (pg_mul_s64_overflow(used, 100, &used100))
+		return true;
+	if (pg_mul_s64_overflow(quota, percent, &scaled))
+		return false;
+	return used100 >= scaled;
+}
+
+void
+fm_queue_usage_level(const char *tenant, const char *meter,
+					 TimestampTz period_start, int64 used, int64 quota,
+					 bool hard, const int *thresholds, int nthresholds)
+{
+	FmQuotaEvent event;
+	AnnouncedKey key;
+	int			i;
+
+	memset(&event, 0, sizeof(event));
+	event.tenant = tenant;
+	event.meter = meter;
+	event.has_period = true;
+	event.period_start = period_start;
+	event.has_usage = true;
+	event.used = used;
+	event.has_quota = true;
+	event.quota = quota;
+
+	for (i = 0; i < nthresholds; i++)
+	{
+		if (!reached(used, quota, thresholds[i]))
+			break;				/* ascending: the rest are higher */
+		make_key(&key, tenant, meter, period_start, FM_EVENT_THRESHOLD, thresholds[i]);
+		if (already_announced(&key))
+			continue;
+		event.kind = FM_EVENT_THRESHOLD;
+		event.threshold = thresholds[i];
+		queue_event(&event, &key);
+	}
+	if (hard && used >= quota)
+	{
+		make_key(&key, tenant, meter, period_start, FM_EVENT_BLOCKED, 0);
+		if (!already_announced(&key))
+		{
+			event.kind = FM_EVENT_BLOCKED;
+			event.threshold = 0;
+			queue_event(&event, &key);
+		}
+	}
+}
+
+void
+fm_queue_invalidation(Oid relid, const char *op, const char *key_json)
+{
+	MemoryContext old;
+	PendingInvalidation *p;
+	ListCell   *lc;
+	int			nkeys = 0;
+	int			min_level = GetCurrentTransactionNestLevel();
+
+	foreach(lc, pending_invalidations)
+	{
+		PendingInvalidation *q = lfirst(lc);
+
+		if (q->relid != relid)
+			continue;
+		min_level = Min(min_level, q->level);
+		if (q->key_json == NULL)
+		{
+			/* whole table already reported: only the operation matters */
+			if (key_json != NULL)
+				key_json = NULL;
+		}
+		else
+			nkeys++;
+	}
+
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	p = palloc0(sizeof(PendingInvalidation));
+	p->relid = relid;
+	p->op = op;
+	p->level = GetCurrentTransactionNestLevel();
+	if (key_json != NULL && nkeys < MAX_KEYS_PER_TABLE)
+		p->key_json = pstrdup(key_json);
+	else if (key_json != NULL)
+	{
+		/*
+		 * Too many keys: report the whole table, at the outermost level any
+		 * of its keys came from, so no abort of an inner subtransaction
+		 * drops what an outer one changed.
+		 */
+		p->level = min_level;
+	}
+	pending_invalidations = lappend(pending_invalidations, p);
+	MemoryContextSwitchTo(old);
+}
+
+/* ---------------------------------------------------------------------
+ * Payloads
+ * ---------------------------------------------------------------------
+ */
+static void
+append_timestamp(StringInfo buf, const char *name, TimestampTz ts)
+{
+	char		text[64];
+
+	if (TIMESTAMP_NOT_FINITE(ts))
+		snprintf(text, sizeof(text), "%s", TIMESTAMP_IS_NOBEGIN(ts) ? "-infinity" : "infinity");
+	else
+		fm_format_timestamp(ts, text, sizeof(text));
+	appendStringInfo(buf, ",\"%s\":", name);
+	escape_json(buf, text);
+}
+
+/* The JSON object of one announced event. */
+static void
+append_event_json(StringInfo buf, const FmQuotaEvent *e, int64 version, bool brief)
+{
+	appendStringInfo(buf, "{\"kind\":\"%s\",\"version\":" INT64_FORMAT,
+					 kind_names[e->kind], version);
+	if (e->tenant)
+	{
+		appendStringInfoString(buf, ",\"tenant\":");
+		escape_json(buf, e->tenant);
+	}
+	if (e->meter)
+	{
+		appendStringInfoString(buf, ",\"meter\":");
+		escape_json(buf, e->meter);
+	}
+	if (brief)
+	{
+		appendStringInfoChar(buf, '}');
+		return;
+	}
+	if (e->plan)
+	{
+		appendStringInfoString(buf, ",\"plan\":");
+		escape_json(buf, e->plan);
+	}
+	if (e->has_period)
+		append_timestamp(buf, "period_start", e->period_start);
+	if (e->kind == FM_EVENT_THRESHOLD)
+		appendStringInfo(buf, ",\"threshold\":%d", e->threshold);
+	if (e->has_usage)
+		appendStringInfo(buf, ",\"used\":" INT64_FORMAT, e->used);
+	if (e->has_quota)
+		appendStringInfo(buf, ",\"quota\":" INT64_FORMAT, e->quota);
+	appendStringInfoChar(buf, '}');
+}
+
+/* ---------------------------------------------------------------------
+ * Commit processing
+ * ---------------------------------------------------------------------
+ */
+static bool
+queue_has_room(void)
+{
+	double		usage;
+
+	usage = DatumGetFloat8(DirectFunctionCall1(pg_notification_queue_usage, (Datum) 0));
+	return usage <= fm_notify_queue_limit;
+}
+
+static void
+log_skip(const char *kind, const char *detail)
+{
+	Datum		args[2];
+
+	args[0] = CStringGetTextDatum(kind);
+	args[1] = CStringGetTextDatum(detail);
+	fm_execute(&log_skip_stmt, args, NULL, false, 0);
+}
+
+/* Record one event; its outbox version, or 0 when nothing is announced. */
+static int64
+record_event(const FmQuotaEvent *e, bool notified)
+{
+	Datum		args[8];
+	char		nulls[9] = "        ";
+	bool		isnull;
+
+	if (e->kind == FM_EVENT_THRESHOLD)
+	{
+		args[0] = CStringGetTextDatum(e->tenant);
+		args[1] = CStringGetTextDatum(e->meter);
+		args[2] = TimestampTzGetDatum(e->period_start);
+		args[3] = Int32GetDatum(e->threshold);
+		args[4] = Int64GetDatum(e->used);
+		args[5] = Int64GetDatum(e->quota);
+		args[6] = BoolGetDatum(notified);
+		fm_execute(&insert_threshold_stmt, args, NULL, false, 0);
+		if (SPI_processed == 0)
+			return 0;			/* announced before, by someone */
+		return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										   SPI_tuptable->tupdesc, 1, &isnull));
+	}
+
+	if (e->kind == FM_EVENT_BLOCKED || e->kind == FM_EVENT_UNBLOCKED)
+	{
+		args[0] = CStringGetTextDatum(e->tenant);
+		args[1] = CStringGetTextDatum(e->meter);
+		args[2] = TimestampTzGetDatum(e->period_start);
+		fm_execute(e->kind == FM_EVENT_BLOCKED ? &block_stmt : &unblock_stmt,
+				   args, NULL, false, 0);
+		if (SPI_processed == 0)
+			return 0;			/* already in that state */
+	}
+
+	args[0] = CStringGetTextDatum(kind_names[e->kind]);
+	if (e->tenant)
+		args[1] = CStringGetTextDatum(e->tenant);
+	else
+		nulls[1] = 'n';
+	if (e->meter)
+		args[2] = CStringGetTextDatum(e->meter);
+	else
+		nulls[2] = 'n';
+	if (e->plan)
+		args[3] = CStringGetTextDatum(e->plan);
+	else
+		nulls[3] = 'n';
+	args[4] = TimestampTzGetDatum(e->period_start);
+	nulls[4] = e->has_period ? ' ' : 'n';
+	args[5] = Int64GetDatum(e->used);
+	nulls[5] = e->has_usage ? ' ' : 'n';
+	args[6] = Int64GetDatum(e->quota);
+	nulls[6] = e->has_quota ? ' ' : 'n';
+	args[7] = BoolGetDatum(notified);
+	fm_execute(&insert_event_stmt, args, nulls, false, 0);
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Quota events: record them in the outbox in commit order and announce
+ * them in one notification (one event, or a batch, or only the version
+ * range when the batch would not fit).
+ */
+static void
+commit_quota_events(bool room)
+{
+	StringInfoData events_json;
+	const FmQuotaEvent *single = NULL;
+	int64		single_version = 0;
+	int64		first_version = 0;
+	int64		last_version = 0;
+	int			announced = 0;
+	ListCell   *lc;
+
+	/* the lock PreCommit_Notify takes anyway, taken earlier: see above */
+	LockSharedObject(DatabaseRelationId, InvalidOid, 0, AccessExclusiveLock);
+
+	initStringInfo(&events_json);
+	/* portals are closed at pre-commit: SPI needs a snapshot of its own */
+	PushActiveSnapshot(GetTransactionSnapshot());
+	SPI_connect();
+	foreach(lc, pending_events)
+	{
+		PendingEvent *p = lfirst(lc);
+		int64		version = record_event(&p->event, room);
+
+		if (p->dedupe)
+		{
+			MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+			AnnouncedKey *key = palloc(sizeof(AnnouncedKey));
+
+			*key = p->key;
+			announced_now = lappend(announced_now, key);
+			MemoryContextSwitchTo(old);
+		}
+		if (version == 0)
+			continue;
+		if (announced++ == 0)
+		{
+			first_version = version;
+			single = &p->event;
+			single_version = version;
+		}
+		else
+			appendStringInfoChar(&events_json, ',');
+		last_version = version;
+		append_event_json(&events_json, &p->event, version, false);
+	}
+	SPI_finish();
+	PopActiveSnapshot();
+
+	if (announced == 0 || !room)
+		return;
+
+	if (announced == 1)
+	{
+		StringInfoData payload;
+
+		initStringInfo(&payload);
+		append_event_json(&payload, single, single_version, false);
+		if (payload.len > FM_PAYLOAD_MAX_BYTES)
+		{
+			resetStringInfo(&payload);
+			append_event_json(&payload, single, single_version, true);
+		}
+		if (payload.len > FM_PAYLOAD_MAX_BYTES)
+		{
+			resetStringInfo(&payload);
+			appendStringInfo(&payload, "{\"kind\":\"%s\",\"version\":" INT64_FORMAT ",\"resync\":true}",
+							 kind_names[single->kind], single_version);
+		}
+		Async_Notify(FM_NOTIFY_CHANNEL, payload.data);
+	}
+	else
+	{
+		StringInfoData payload;
+
+		initStringInfo(&payload);
+		appendStringInfo(&payload,
+						 "{\"kind\":\"batch\",\"from_version\":" INT64_FORMAT
+						 ",\"to_version\":" INT64_FORMAT ",\"count\":%d,\"events\":[%s]}",
+						 first_version, last_version, announced, events_json.data);
+		if (payload.len > FM_PAYLOAD_MAX_BYTES)
+		{
+			resetStringInfo(&payload);
+			appendStringInfo(&payload,
+							 "{\"kind\":\"batch\",\"from_version\":" INT64_FORMAT
+							 ",\"to_version\":" INT64_FORMAT ",\"count\":%d,\"resync\":true}",
+							 first_version, last_version, announced);
+		}
+		Async_Notify(FM_NOTIFY_CHANNEL, payload.data);
+	}
+}
+
+/* One notification per invalidated table. */
+static void
+commit_invalidations(bool room)
+{
+	List	   *tables = NIL;
+	ListCell   *lc;
+	bool		spi_connected = false;
+
+	foreach(lc, pending_invalidations)
+	{
+		PendingInvalidation *p = lfirst(lc);
+
+		tables = list_append_unique_oid(tables, p->relid);
+	}
+
+	foreach(lc, tables)
+	{
+		Oid			relid = lfirst_oid(lc);
+		char	   *relname = get_rel_name(relid);
+		char	   *nspname = get_namespace_name(get_rel_namespace(relid));
+		const char *ops[4] = {"insert", "update", "delete", "truncate"};
+		bool		seen_op[4] = {false, false, false, false};
+		bool		whole = false;
+		List	   *keys = NIL;
+		StringInfoData head;
+		StringInfoData payload;
+		ListCell   *lc2;
+		int			i;
+		bool		first;
+
+		if (relname == NULL || nspname == NULL)
+			continue;			/* dropped in this transaction */
+
+		foreach(lc2, pending_invalidations)
+		{
+			PendingInvalidation *p = lfirst(lc2);
+
+			if (p->relid != relid)
+				continue;
+			for (i = 0; i < 4; i++)
+				if (strcmp(p->op, ops[i]) == 0)
+					seen_op[i] = true;
+			if (p->key_json == NULL)
+				whole = true;
+			else if (!whole)
+			{
+				ListCell   *lc3;
+				bool		dup = false;
+
+				foreach(lc3, keys)
+					if (strcmp(lfirst(lc3), p->key_json) == 0)
+					{
+						dup = true;
+						break;
+					}
+				if (!dup)
+					keys = lappend(keys, p->key_json);
+			}
+		}
+
+		initStringInfo(&head);
+		appendStringInfoString(&head, "{\"kind\":\"invalidate\",\"table\":");
+		escape_json(&head, quote_qualified_identifier(nspname, relname));
+		appendStringInfoString(&head, ",\"ops\":[");
+		first = true;
+		for (i = 0; i < 4; i++)
+			if (seen_op[i])
+			{
+				appendStringInfo(&head, "%s\"%s\"", first ? "" : ",", ops[i]);
+				first = false;
+			}
+		appendStringInfoChar(&head, ']');
+
+		initStringInfo(&payload);
+		if (!whole)
+		{
+			appendStringInfo(&payload, "%s,\"keys\":[", head.data);
+			first = true;
+			foreach(lc2, keys)
+			{
+				appendStringInfo(&payload, "%s%s", first ? "" : ",", (char *) lfirst(lc2));
+				first = false;
+			}
+			appendStringInfoString(&payload, "]}");
+		}
+		if (whole || payload.len > FM_PAYLOAD_MAX_BYTES)
+		{
+			resetStringInfo(&payload);
+			appendStringInfo(&payload, "%s,\"all\":true}", head.data);
+		}
+
+		if (room && payload.len <= FM_PAYLOAD_MAX_BYTES)
+			Async_Notify(FM_NOTIFY_CHANNEL, payload.data);
+		else
+		{
+			if (!spi_connected)
+			{
+				PushActiveSnapshot(GetTransactionSnapshot());
+				SPI_connect();
+				spi_connected = true;
+			}
+			log_skip("invalidate", quote_qualified_identifier(nspname, relname));
+		}
+	}
+	if (spi_connected)
+	{
+		SPI_finish();
+		PopActiveSnapshot();
+	}
+}
+
+static void
+reset_pending(void)
+{
+	/* the memory belongs to TopTransactionContext, released with it */
+	pending_events = NIL;
+	pending_invalidations = NIL;
+	announced_now = NIL;
+}
+
+static void
+remember_announced(void)
+{
+	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (announced_now == NIL)
+		return;
+	if (announced_cache == NULL ||
+		hash_get_num_entries(announced_cache) > ANNOUNCED_CACHE_MAX)
+	{
+		HASHCTL		ctl;
+
+		if (announced_cache)
+			hash_destroy(announced_cache);
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(AnnouncedKey);
+		ctl.entrysize = sizeof(AnnouncedEntry);
+		announced_cache = hash_create("flagmeter announced", 256, &ctl,
+									  HASH_ELEM | HASH_BLOBS);
+	}
+	foreach(lc, announced_now)
+	{
+		AnnouncedEntry *entry = hash_search(announced_cache, lfirst(lc),
+											HASH_ENTER, NULL);
+
+		entry->seen_at = now;
+	}
+}
+
+static void
+fm_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (pending_events != NIL || pending_invalidations != NIL)
+			{
+				bool		room = queue_has_room();
+
+				if (pending_events != NIL)
+					commit_quota_events(room);
+				if (pending_invalidations != NIL)
+					commit_invalidations(room);
+			}
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			if (pending_events != NIL || pending_invalidations != NIL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that has flagmeter notifications pending"),
+						 errdetail("Quota events and invalidations are announced at commit, like NOTIFY.")));
+			break;
+		case XACT_EVENT_COMMIT:
+			remember_announced();
+			reset_pending();
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_PARALLEL_ABORT:
+			reset_pending();
+			break;
+		default:
+			break;
+	}
+}
+
+/* Drop what an aborted subtransaction queued; pass the rest upwards. */
+static List *
+filter_level(List *list, int level, bool aborted, size_t level_offset)
+{
+	List	   *kept = NIL;
+	ListCell   *lc;
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+
+	foreach(lc, list)
+	{
+		int		   *item_level = (int *) ((char *) lfirst(lc) + level_offset);
+
+		if (*item_level >= level)
+		{
+			if (aborted)
+				continue;
+			*item_level = level - 1;
+		}
+		kept = lappend(kept, lfirst(lc));
+	}
+	MemoryContextSwitchTo(old);
+	return kept;
+}
+
+static void
+fm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	bool		aborted;
+
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		aborted = true;
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+		aborted = false;
+	else
+		return;
+	if (pending_events != NIL)
+		pending_events = filter_level(pending_events, level, aborted,
+									  offsetof(PendingEvent, level));
+	if (pending_invalidations != NIL)
+		pending_invalidations = filter_level(pending_invalidations, level, aborted,
+											 offsetof(PendingInvalidation, level));
+}
+
+void
+fm_notify_init(void)
+{
+	DefineCustomRealVariable("flagmeter.notify_queue_limit",
+							 gettext_noop("Fill level of the NOTIFY queue above which flagmeter sends no notifications."),
+							 gettext_noop("A full queue would fail the committing transaction; above this level "
+										  "notifications are skipped (quota events stay in flagmeter.outbox) and "
+										  "counted in flagmeter.stats."),
+							 &fm_notify_queue_limit,
+							 0.5, 0.0, 1.0,
+							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+	RegisterXactCallback(fm_xact_callback, NULL);
+	RegisterSubXactCallback(fm_subxact_callback, NULL);
+}
+
+/* ---------------------------------------------------------------------
+ * SQL: flagmeter.announce(kind, tenant, meter, plan, period_start, used, quota)
+ * ---------------------------------------------------------------------
+ */
+PG_FUNCTION_INFO_V1(fm_announce);
+Datum
+fm_announce(PG_FUNCTION_ARGS)
+{
+	FmQuotaEvent event;
+	char	   *kind;
+	int			i;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("kind must not be NULL")));
+	kind = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	memset(&event, 0, sizeof(event));
+	for (i = 0; i < (int) lengthof(kind_names); i++)
+		if (strcmp(kind, kind_names[i]) == 0)
+			break;
+	if (i == (int) lengthof(kind_names) || i == FM_EVENT_THRESHOLD)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid event kind \"%s\"", kind),
+				 errhint("Valid kinds are \"blocked\", \"unblocked\", \"limit_changed\" and \"plan_changed\".")));
+	event.kind = (FmQuotaEventKind) i;
+	event.tenant = PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1));
+	event.meter = PG_ARGISNULL(2) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(2));
+	event.plan = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
+	event.has_period = !PG_ARGISNULL(4);
+	event.period_start = event.has_period ? PG_GETARG_TIMESTAMPTZ(4) : 0;
+	event.has_usage = !PG_ARGISNULL(5);
+	event.used = event.has_usage ? PG_GETARG_INT64(5) : 0;
+	event.has_quota = !PG_ARGISNULL(6);
+	event.quota = event.has_quota ? PG_GETARG_INT64(6) : 0;
+
+	if ((event.kind == FM_EVENT_BLOCKED || event.kind == FM_EVENT_UNBLOCKED) &&
+		(event.tenant == NULL || event.meter == NULL || !event.has_period))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s needs a tenant, a meter and a period_start", kind)));
+
+	fm_queue_quota_event(&event);
+	PG_RETURN_VOID();
+}

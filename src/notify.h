@@ -1,0 +1,71 @@
+/*
+ * notify.h
+ *	  Quota events and cache invalidations, announced at commit.
+ *
+ * During a transaction, track/consume/void and the catalog functions queue
+ * quota events (a threshold reached, a tenant blocked or unblocked, a limit
+ * or plan changed) and the invalidate trigger queues changed keys.  Nothing
+ * is sent or written for them until the transaction commits: at pre-commit
+ * the quota events are recorded in flagmeter.outbox with versions in commit
+ * order and announced in one notification on channel "flagmeter"; the
+ * invalidations go out as one notification per table.  A rolled-back
+ * transaction or subtransaction drops what it queued.
+ */
+#ifndef FLAGMETER_NOTIFY_H
+#define FLAGMETER_NOTIFY_H
+
+#include "postgres.h"
+#include "datatype/timestamp.h"
+
+#define FM_NOTIFY_CHANNEL		"flagmeter"
+/* DESIGN.md: payloads stay under 1 kB */
+#define FM_PAYLOAD_MAX_BYTES	1000
+
+typedef enum FmQuotaEventKind
+{
+	FM_EVENT_THRESHOLD,			/* usage reached a threshold (once per period) */
+	FM_EVENT_BLOCKED,			/* a hard limit is reached */
+	FM_EVENT_UNBLOCKED,			/* usage is back under a hard limit */
+	FM_EVENT_LIMIT_CHANGED,		/* a plan's limit or a tenant's override changed */
+	FM_EVENT_PLAN_CHANGED		/* a tenant moved to another plan */
+} FmQuotaEventKind;
+
+/* Fields of a quota event; NULL strings / has_* false for absent ones. */
+typedef struct FmQuotaEvent
+{
+	FmQuotaEventKind kind;
+	const char *tenant;
+	const char *meter;
+	const char *plan;
+	bool		has_period;
+	TimestampTz period_start;
+	int			threshold;		/* percent, FM_EVENT_THRESHOLD only */
+	bool		has_usage;
+	int64		used;
+	bool		has_quota;
+	int64		quota;
+} FmQuotaEvent;
+
+extern void fm_notify_init(void);
+
+/* Queue a quota event for the commit of the current transaction. */
+extern void fm_queue_quota_event(const FmQuotaEvent *event);
+
+/*
+ * Queue what a new usage level means: thresholds reached, and "blocked"
+ * for a hard limit reached.  Cheap when nothing is due: this runs on every
+ * track and consume.
+ */
+extern void fm_queue_usage_level(const char *tenant, const char *meter,
+								 TimestampTz period_start, int64 used,
+								 int64 quota, bool hard,
+								 const int *thresholds, int nthresholds);
+
+/*
+ * Queue an invalidation of table relid: op is "insert", "update", "delete"
+ * or "truncate"; key_json a JSON object naming the changed row's key, or
+ * NULL for "the whole table changed".
+ */
+extern void fm_queue_invalidation(Oid relid, const char *op, const char *key_json);
+
+#endif							/* FLAGMETER_NOTIFY_H */

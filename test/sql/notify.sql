@@ -1,0 +1,96 @@
+-- Notifications: the outbox of quota events, block state, and the invalidate
+-- trigger's argument checks.  (Payloads are checked by the isolation spec
+-- notify_payloads, which can show what a listener receives.)
+SET client_min_messages = warning;
+DROP EXTENSION flagmeter CASCADE;
+CREATE EXTENSION flagmeter;
+RESET client_min_messages;
+SET search_path = flagmeter, public;
+SET TimeZone = 'UTC';
+\set SHOW_CONTEXT never
+
+SELECT define_meter('calls'), define_plan('small'),
+       set_limit('small', 'calls', 10, 'lifetime', 'hard', '{50,80,100}'),
+       assign_plan('acme', 'small');
+SELECT version, kind, tenant, meter, plan, notified FROM outbox ORDER BY version;
+
+-- The hot path below every threshold records nothing
+SELECT track('acme', 'calls', 1), track('acme', 'calls', 3);
+SELECT count(*) AS events_after_4_of_10 FROM outbox WHERE kind = 'threshold';
+
+-- Reaching thresholds: each once per period, whatever else happens
+SELECT track('acme', 'calls', 1);					-- 5 of 10: 50 %
+SELECT track('acme', 'calls', 4);					-- 9 of 10: 80 %
+SELECT track('acme', 'calls', 1);					-- 10: 100 % and blocked
+SELECT track('acme', 'calls', 1);					-- past it: nothing new
+SELECT granted, used FROM consume('acme', 'calls', 1);	-- refused: nothing new
+SELECT version, kind, tenant, meter, threshold, used, quota, period_start FROM outbox
+WHERE kind IN ('threshold', 'blocked') ORDER BY version;
+SELECT tenant, meter, period_start FROM blocked;
+
+-- A rolled-back transaction announces nothing; a rolled-back subtransaction
+-- drops what it queued
+SELECT assign_plan('globex', 'small');
+BEGIN;
+SELECT track('globex', 'calls', 10);
+ROLLBACK;
+BEGIN;
+SAVEPOINT s;
+SELECT track('globex', 'calls', 10);
+ROLLBACK TO SAVEPOINT s;
+SELECT track('globex', 'calls', 2);
+COMMIT;
+SELECT count(*) AS globex_events FROM outbox WHERE tenant = 'globex' AND kind <> 'plan_changed';
+
+-- Raising the limit unblocks; changes are recorded with the plan
+SELECT set_limit('small', 'calls', 100, 'lifetime', 'hard', '{50,80,100}');
+SELECT kind, tenant, meter, plan, used, quota FROM outbox
+WHERE version > (SELECT max(version) FROM outbox WHERE kind = 'blocked') ORDER BY version;
+SELECT count(*) AS still_blocked FROM blocked;
+
+-- Overrides and plan moves are recorded too
+SELECT define_plan('big'), override_limit('acme', 'calls', 5);
+SELECT assign_plan('acme', 'big');
+SELECT kind, tenant, meter, plan FROM outbox ORDER BY version DESC LIMIT 2;
+
+-- Resync: versions are consecutive in commit order; changes_since replays
+SELECT count(*) AS all_events, min(version) AS first, max(version) AS last FROM outbox;
+SELECT latest_version() = (SELECT max(version) FROM outbox) AS latest_is_max;
+SELECT kind, tenant FROM changes_since((SELECT max(version) - 2 FROM outbox));
+
+-- A void that brings a blocked tenant back under its limit unblocks it
+SELECT define_plan('tiny'), set_limit('tiny', 'calls', 3, 'lifetime'), assign_plan('initech', 'tiny');
+SELECT track('initech', 'calls', 2, idempotency_key => 'two'), track('initech', 'calls', 1);
+SELECT count(*) AS initech_blocked FROM blocked WHERE tenant = 'initech';
+SELECT void('initech', 'two');
+SELECT count(*) AS initech_blocked FROM blocked WHERE tenant = 'initech';
+SELECT kind, used, quota FROM outbox WHERE tenant = 'initech' ORDER BY version DESC LIMIT 1;
+
+-- Stats
+SELECT notifications_sent > 0 AS sent, notifications_skipped, blocked FROM stats;
+
+-- announce() is for flagmeter's own functions; it checks its arguments
+SELECT announce('threshold', 'acme', 'calls');
+SELECT announce('bogus', 'acme', 'calls');
+SELECT announce(NULL, 'acme', 'calls');
+SELECT announce('blocked', 'acme', NULL);
+
+-- invalidate(): wrong timing, unknown column, no primary key, not a trigger
+CREATE TABLE app_items (id int PRIMARY KEY, name text);
+CREATE TABLE app_nokey (name text);
+CREATE TRIGGER too_early BEFORE INSERT ON app_items
+	FOR EACH ROW EXECUTE FUNCTION flagmeter.invalidate();
+INSERT INTO app_items VALUES (1, 'a');
+DROP TRIGGER too_early ON app_items;
+CREATE TRIGGER bad_column AFTER INSERT ON app_items
+	FOR EACH ROW EXECUTE FUNCTION flagmeter.invalidate('nope');
+INSERT INTO app_items VALUES (1, 'a');
+DROP TRIGGER bad_column ON app_items;
+CREATE TRIGGER no_key AFTER INSERT ON app_nokey
+	FOR EACH ROW EXECUTE FUNCTION flagmeter.invalidate();
+INSERT INTO app_nokey VALUES ('a');
+DROP TRIGGER no_key ON app_nokey;
+SELECT flagmeter.invalidate();
+-- nothing was written by the failed statements
+SELECT (SELECT count(*) FROM app_items) AS items, (SELECT count(*) FROM app_nokey) AS nokey;
+DROP TABLE app_items, app_nokey;
