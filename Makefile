@@ -57,3 +57,6 @@ test:
 
 bench:
 	bash bench/run
+
+# Fuzzing the quota_counter parsers (libFuzzer, clang): see fuzz/fuzz.mk.
+-include fuzz/fuzz.mk
