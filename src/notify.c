@@ -19,8 +19,9 @@
  *
  * - "Once per threshold per tenant, meter and period" is the outbox's
  *   partial unique index; "blocked" is a row in flagmeter.blocked.  A
- *   session remembers for a while what it saw announced, so a tenant above
- *   a threshold does not make every later call of this session try again.
+ *   session remembers for a while which thresholds it saw announced, so a
+ *   tenant above a threshold does not make every later call of this
+ *   session try again.
  *
  * - When pg_notification_queue_usage() is above flagmeter.notify_queue_limit
  *   nothing is sent (a full queue would fail the commit): outbox rows are
@@ -113,15 +114,33 @@ static const char *const kind_names[] = {
  */
 #define EQ " OPERATOR(pg_catalog.=) "
 
+/*
+ * Thresholds are looked up before they are inserted rather than inserted
+ * with ON CONFLICT, so that no version is drawn for one already announced:
+ * every outbox writer holds the commit lock (see above), so nobody can
+ * insert between the two statements, and versions stay consecutive.
+ */
+static FmStatement threshold_announced_stmt = {
+	"SELECT 1 FROM flagmeter.outbox"
+	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
+	" AND threshold" EQ "$4 AND kind" EQ "'threshold'::text",
+	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT4OID}
+};
+
 static FmStatement insert_threshold_stmt = {
 	"INSERT INTO flagmeter.outbox"
 	" (version, kind, tenant, meter, period_start, threshold, used, quota, notified)"
 	" VALUES (pg_catalog.nextval('flagmeter.outbox_version'), 'threshold',"
 	"         $1, $2, $3, $4, $5, $6, $7)"
-	" ON CONFLICT (tenant, meter, period_start, threshold)"
-	" WHERE kind" EQ "'threshold'::text DO NOTHING"
 	" RETURNING version",
 	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT4OID, INT8OID, INT8OID, BOOLOID}
+};
+
+/* Is the tenant recorded as blocked in the period? (for queueing) */
+static FmStatement is_blocked_stmt = {
+	"SELECT 1 FROM flagmeter.blocked"
+	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
 static FmStatement insert_event_stmt = {
@@ -173,19 +192,12 @@ make_key(AnnouncedKey *key, const char *tenant, const char *meter,
 	key->threshold = threshold;
 }
 
-/* Announced recently in this session, or queued in this transaction? */
+/* Queued in this transaction already? */
 static bool
-already_announced(const AnnouncedKey *key)
+queued(const AnnouncedKey *key)
 {
 	ListCell   *lc;
 
-	if (announced_cache)
-	{
-		AnnouncedEntry *entry = hash_search(announced_cache, key, HASH_FIND, NULL);
-
-		if (entry && GetCurrentTimestamp() - entry->seen_at < ANNOUNCED_TTL_USECS)
-			return true;
-	}
 	foreach(lc, pending_events)
 	{
 		PendingEvent *p = lfirst(lc);
@@ -194,6 +206,23 @@ already_announced(const AnnouncedKey *key)
 			return true;
 	}
 	return false;
+}
+
+/*
+ * Announced recently as far as this session saw, or queued?  For
+ * thresholds only: a threshold is announced once per period for good.
+ */
+static bool
+already_announced(const AnnouncedKey *key)
+{
+	if (announced_cache)
+	{
+		AnnouncedEntry *entry = hash_search(announced_cache, key, HASH_FIND, NULL);
+
+		if (entry && GetCurrentTimestamp() - entry->seen_at < ANNOUNCED_TTL_USECS)
+			return true;
+	}
+	return queued(key);
 }
 
 static void
@@ -265,10 +294,22 @@ fm_queue_usage_level(const char *tenant, const char *meter,
 		event.threshold = thresholds[i];
 		queue_event(&event, &key);
 	}
+	/*
+	 * Blocked is a state, not a one-off: a tenant unblocked (by a void or a
+	 * limit change, possibly in another session) can be blocked again, so
+	 * the blocked table is asked rather than this session's memory.  Only
+	 * calls at or above a hard limit pay for the lookup.
+	 */
 	if (hard && used >= quota)
 	{
+		Datum		args[3];
+
+		args[0] = CStringGetTextDatum(tenant);
+		args[1] = CStringGetTextDatum(meter);
+		args[2] = TimestampTzGetDatum(period_start);
+		fm_execute(&is_blocked_stmt, args, NULL, false, 1);
 		make_key(&key, tenant, meter, period_start, FM_EVENT_BLOCKED, 0);
-		if (!already_announced(&key))
+		if (SPI_processed == 0 && !queued(&key))
 		{
 			event.kind = FM_EVENT_BLOCKED;
 			event.threshold = 0;
@@ -417,9 +458,10 @@ record_event(const FmQuotaEvent *e, bool notified)
 		args[4] = Int64GetDatum(e->used);
 		args[5] = Int64GetDatum(e->quota);
 		args[6] = BoolGetDatum(notified);
-		fm_execute(&insert_threshold_stmt, args, NULL, false, 0);
-		if (SPI_processed == 0)
+		fm_execute(&threshold_announced_stmt, args, NULL, false, 1);
+		if (SPI_processed > 0)
 			return 0;			/* announced before, by someone */
+		fm_execute(&insert_threshold_stmt, args, NULL, false, 0);
 		return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										   SPI_tuptable->tupdesc, 1, &isnull));
 	}
@@ -488,7 +530,7 @@ commit_quota_events(bool room)
 		PendingEvent *p = lfirst(lc);
 		int64		version = record_event(&p->event, room);
 
-		if (p->dedupe)
+		if (p->dedupe && p->event.kind == FM_EVENT_THRESHOLD)
 		{
 			MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
 			AnnouncedKey *key = palloc(sizeof(AnnouncedKey));

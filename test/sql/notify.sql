@@ -66,6 +66,17 @@ SELECT void('initech', 'two');
 SELECT count(*) AS initech_blocked FROM blocked WHERE tenant = 'initech';
 SELECT kind, used, quota FROM outbox WHERE tenant = 'initech' ORDER BY version DESC LIMIT 1;
 
+-- Blocked is a state: blocked again after being unblocked, in the same
+-- session, is announced again
+SELECT define_plan('again'), set_limit('again', 'calls', 10, 'lifetime', 'hard', '{100}'),
+       assign_plan('hooli', 'again');
+SELECT granted, used FROM consume('hooli', 'calls', 10);
+SELECT override_limit('hooli', 'calls', 20);
+SELECT granted, used FROM consume('hooli', 'calls', 10);
+SELECT granted, used FROM consume('hooli', 'calls', 1);
+SELECT count(*) AS hooli_blocked FROM blocked WHERE tenant = 'hooli';
+SELECT kind, threshold, used, quota FROM outbox WHERE tenant = 'hooli' ORDER BY version;
+
 -- Stats
 SELECT notifications_sent > 0 AS sent, notifications_skipped, blocked FROM stats;
 
