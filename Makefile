@@ -48,6 +48,10 @@ include $(PGXS)
 sql/$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS)
 	cat $^ > $@
 
+# PGXS tracks header dependencies only in servers built with --enable-depend:
+# rebuild every object when any of our headers changes.
+$(OBJS): $(wildcard src/*.h)
+
 .PHONY: demo test bench
 demo:
 	bash tools/demo.sh

@@ -57,12 +57,26 @@ static FmStatement insert_event_stmt = {
 	6, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID}
 };
 
-static FmStatement add_to_stripe_stmt = {
-	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)"
-	" VALUES ($1, $2, $3, $4, $5)"
-	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE"
-	" SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter",
-	5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2OID, FM_TYPE_COUNTER}
+/* track: the event, the stripe's increment, and the period's rows */
+static FmStatement track_stmt = {
+	"WITH event AS ("
+	"  INSERT INTO flagmeter.events"
+	"   (tenant, meter, amount, occurred_at, recorded_at, idempotency_key)"
+	"  VALUES ($1, $2, $3, $4, $5, $6)"
+	"), stripe AS ("
+	"  INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)"
+	"  VALUES ($1, $2, $7, $8, $9)"
+	"  ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE"
+	"  SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter"
+	"  RETURNING c.counter"
+	")"
+	" SELECT counter FROM stripe"
+	" UNION ALL"
+	" SELECT o.counter FROM flagmeter.counters o"
+	" WHERE o.tenant" EQ "$1 AND o.meter" EQ "$2 AND o.period_start" EQ "$7"
+	" AND o.stripe OPERATOR(pg_catalog.<>) $8",
+	9, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID,
+	TIMESTAMPTZOID, INT2OID, FM_TYPE_COUNTER}
 };
 
 static FmStatement read_period_stmt = {
@@ -470,7 +484,7 @@ fm_track(PG_FUNCTION_ARGS)
 	TimestampTz period_end;
 	FmCounter	delta;
 	FmCounter	total;
-	Datum		args[5];
+	Datum		args[9];
 
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -498,23 +512,26 @@ fm_track(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(false);
 	}
 
-	insert_event(tenant, meter, amount, occurred_at, key);
-
+	/*
+	 * One statement: the raw event, the increment of this backend's stripe,
+	 * and the period's total (the new stripe plus the others as of the
+	 * statement's snapshot).  Merging the total raises 22003, rolling the
+	 * event back, when this event would make the period's usage overflow;
+	 * the total also says whether a threshold is reached.
+	 */
 	delta = empty_counter();
 	fm_counter_report(fm_counter_add_event(&delta, amount, occurred_at));
 	args[0] = CStringGetTextDatum(tenant);
 	args[1] = CStringGetTextDatum(meter);
-	args[2] = TimestampTzGetDatum(period_start);
-	args[3] = Int16GetDatum(my_stripe());
-	args[4] = FmCounterPGetDatum(&delta);
-	fm_execute(&add_to_stripe_stmt, args, NULL, false, 0);
-
-	/*
-	 * The period's usage must stay representable: merging its rows raises
-	 * 22003 (and rolls the event back) when this event would overflow it.
-	 * The total also says whether a threshold is reached.
-	 */
-	total = read_period(tenant, meter, period_start, false);
+	args[2] = Int64GetDatum(amount);
+	args[3] = TimestampTzGetDatum(occurred_at);
+	args[4] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	args[5] = key ? CStringGetTextDatum(key) : (Datum) 0;
+	args[6] = TimestampTzGetDatum(period_start);
+	args[7] = Int16GetDatum(my_stripe());
+	args[8] = FmCounterPGetDatum(&delta);
+	fm_execute(&track_stmt, args, key ? NULL : "     n   ", false, 0);
+	total = merge_result_rows();
 	announce_usage_level(tenant, meter, &limit, period_start, &total);
 
 	SPI_finish();

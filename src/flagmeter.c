@@ -9,6 +9,7 @@
 #include "utils/guc.h"
 
 #include "accounting.h"
+#include "limits.h"
 #include "notify.h"
 
 PG_MODULE_MAGIC;
@@ -19,6 +20,7 @@ void
 _PG_init(void)
 {
 	fm_accounting_init();
+	fm_limits_init();
 	fm_notify_init();
 	MarkGUCPrefixReserved("flagmeter");
 }

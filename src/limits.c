@@ -8,9 +8,14 @@
 #include "fmgr.h"
 
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "executor/spi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -18,8 +23,6 @@
 #include "limits.h"
 #include "statements.h"
 
-/* Meter and plan names: see flagmeter.check_name(). */
-#define FM_NAME_MAX_BYTES 63
 
 static FmStatement load_limit_stmt = {
 	"SELECT aggregation, quota, period, mode, thresholds, anchor, timezone"
@@ -42,9 +45,132 @@ aggregation_from_name(const char *name)
 	return FM_AGG_SUM;			/* keep compiler quiet */
 }
 
+/*
+ * The per-backend cache of limits.
+ *
+ * The catalog tables (meters, plans, limits, tenants, overrides) carry a
+ * statement trigger, flagmeter.config_changed(), that sends a relcache
+ * invalidation for the table: like every invalidation it reaches the other
+ * backends when the change commits, and this backend at its next command.
+ * Any of them empties the cache.  A call takes its first lock on
+ * flagmeter.counters before it asks the cache, and taking a lock accepts
+ * pending invalidations, so a call never runs on a configuration older than
+ * the last change committed before that lock (recount_current_period
+ * relies on this).
+ */
+typedef struct LimitCacheKey
+{
+	char		tenant[FM_TENANT_MAX_BYTES + 1];
+	char		meter[FM_NAME_MAX_BYTES + 1];
+} LimitCacheKey;
+
+typedef struct LimitCacheEntry
+{
+	LimitCacheKey key;
+	FmLimit		limit;
+} LimitCacheEntry;
+
+#define LIMIT_CACHE_MAX 100000
+
+static HTAB *limit_cache = NULL;
+static bool limit_cache_valid = false;
+static Oid	watched_relids[5];
+
+static void
+limits_relcache_callback(Datum arg, Oid relid)
+{
+	int			i;
+
+	if (relid == InvalidOid)
+	{
+		limit_cache_valid = false;
+		return;
+	}
+	for (i = 0; i < (int) lengthof(watched_relids); i++)
+		if (watched_relids[i] == relid)
+			limit_cache_valid = false;
+}
+
+void
+fm_limits_init(void)
+{
+	CacheRegisterRelcacheCallback(limits_relcache_callback, (Datum) 0);
+}
+
+static void
+reset_limit_cache(void)
+{
+	static const char *const watched[] = {"meters", "plans", "limits", "tenants", "overrides"};
+	HASHCTL		ctl;
+	int			i;
+
+	if (limit_cache)
+		hash_destroy(limit_cache);
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(LimitCacheKey);
+	ctl.entrysize = sizeof(LimitCacheEntry);
+	limit_cache = hash_create("flagmeter limits", 256, &ctl, HASH_ELEM | HASH_BLOBS);
+	for (i = 0; i < (int) lengthof(watched); i++)
+		watched_relids[i] = fm_relation_oid(watched[i]);
+	limit_cache_valid = true;
+}
+
+static void load_limit_from_catalog(const char *tenant, const char *meter,
+									bool read_only, FmLimit *limit);
+
 void
 fm_load_limit(const char *tenant, const char *meter, bool read_only,
 			  FmLimit *limit)
+{
+	LimitCacheKey key;
+	LimitCacheEntry *entry;
+	bool		found;
+
+	if (!limit_cache_valid || limit_cache == NULL ||
+		hash_get_num_entries(limit_cache) > LIMIT_CACHE_MAX)
+		reset_limit_cache();
+
+	memset(&key, 0, sizeof(key));
+	strlcpy(key.tenant, tenant, sizeof(key.tenant));
+	strlcpy(key.meter, meter, sizeof(key.meter));
+	entry = hash_search(limit_cache, &key, HASH_FIND, NULL);
+	if (entry == NULL)
+	{
+		FmLimit		loaded;
+
+		load_limit_from_catalog(tenant, meter, read_only, &loaded);
+		/* an invalidation may have arrived while loading: then do not keep it */
+		if (!limit_cache_valid)
+		{
+			*limit = loaded;
+			return;
+		}
+		entry = hash_search(limit_cache, &key, HASH_ENTER, &found);
+		entry->limit = loaded;
+	}
+	*limit = entry->limit;
+}
+
+/*
+ * config_changed(): statement trigger of the catalog tables; see above.
+ */
+PG_FUNCTION_INFO_V1(fm_config_changed);
+Datum
+fm_config_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("flagmeter.config_changed() must be called as a trigger")));
+	CacheInvalidateRelcache(trigdata->tg_relation);
+	return PointerGetDatum(NULL);
+}
+
+static void
+load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
+						FmLimit *limit)
 {
 	Datum		args[2];
 	HeapTuple	row;
@@ -84,8 +210,9 @@ fm_load_limit(const char *tenant, const char *meter, bool read_only,
 		int			i;
 
 		deconstruct_array(arr, INT4OID, 4, true, TYPALIGN_INT, &elems, NULL, &n);
+		if (n > FM_MAX_THRESHOLDS)
+			elog(ERROR, "limit of tenant \"%s\" meter \"%s\" has %d thresholds", tenant, meter, n);
 		limit->nthresholds = n;
-		limit->thresholds = palloc(sizeof(int) * Max(n, 1));
 		for (i = 0; i < n; i++)
 			limit->thresholds[i] = DatumGetInt32(elems[i]);
 	}

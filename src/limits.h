@@ -12,6 +12,9 @@
 #include "counter_core.h"
 #include "period.h"
 
+/* Most alert thresholds one limit may have (flagmeter.check_thresholds). */
+#define FM_MAX_THRESHOLDS 32
+
 /* Which figure of the counter a meter's "used" is. */
 typedef enum FmAggregation
 {
@@ -31,7 +34,7 @@ typedef struct FmLimit
 	TimestampTz anchor;
 	pg_tz	   *tz;
 	int			nthresholds;
-	int		   *thresholds;		/* percentages, ascending */
+	int			thresholds[FM_MAX_THRESHOLDS];	/* percentages, ascending */
 } FmLimit;
 
 /* The decision of consume and check (the SQL type flagmeter.decision). */
@@ -50,14 +53,19 @@ typedef struct FmDecision
 
 /* Bounds checked on every call (documented in README). */
 #define FM_TENANT_MAX_BYTES		256
+#define FM_NAME_MAX_BYTES		63	/* meters and plans: flagmeter.check_name() */
 #define FM_KEY_MAX_BYTES		256
 
 /*
- * Load the limit of (tenant, meter), inside SPI.  Raises 42704 for an
- * unknown meter.  read_only as for fm_execute.
+ * The limit of (tenant, meter), inside SPI.  Raises 42704 for an unknown
+ * meter.  read_only as for fm_execute.  Answers come from a per-backend
+ * cache that every change of the catalog tables invalidates (see
+ * limits.c), so the hot path does not query the catalog.
  */
 extern void fm_load_limit(const char *tenant, const char *meter,
 						  bool read_only, FmLimit *limit);
+
+extern void fm_limits_init(void);
 
 extern int64 fm_used_of(const FmCounter *c, FmAggregation aggregation);
 

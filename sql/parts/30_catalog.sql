@@ -71,6 +71,26 @@ CREATE TABLE flagmeter.overrides (
 COMMENT ON TABLE flagmeter.overrides IS
 'per-tenant limits that win over the plan''s; a NULL period, mode or thresholds inherits the plan''s (or the defaults month, hard, {80,100})';
 
+-- Every change of these tables invalidates the limits that backends cache
+-- (src/limits.c), at commit for the others, at once for the changer.
+CREATE FUNCTION flagmeter.config_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'fm_config_changed'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.config_changed() IS
+'statement trigger of the catalog tables: makes every backend reload the limits it cached';
+
+CREATE TRIGGER meters_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON flagmeter.meters
+	FOR EACH STATEMENT EXECUTE FUNCTION flagmeter.config_changed();
+CREATE TRIGGER plans_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON flagmeter.plans
+	FOR EACH STATEMENT EXECUTE FUNCTION flagmeter.config_changed();
+CREATE TRIGGER limits_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON flagmeter.limits
+	FOR EACH STATEMENT EXECUTE FUNCTION flagmeter.config_changed();
+CREATE TRIGGER tenants_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON flagmeter.tenants
+	FOR EACH STATEMENT EXECUTE FUNCTION flagmeter.config_changed();
+CREATE TRIGGER overrides_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON flagmeter.overrides
+	FOR EACH STATEMENT EXECUTE FUNCTION flagmeter.config_changed();
+
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.meters', '');
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.plans', '');
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.limits', '');
@@ -134,6 +154,10 @@ BEGIN
 		RAISE EXCEPTION 'thresholds must be a one-dimensional array without NULLs'
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
+	IF cardinality(thresholds) > 32 THEN
+		RAISE EXCEPTION 'too many thresholds: %', cardinality(thresholds)
+			USING ERRCODE = 'program_limit_exceeded', DETAIL = 'A limit has at most 32 thresholds.';
+	END IF;
 	IF EXISTS (SELECT FROM unnest(thresholds) p WHERE p < 1 OR p > 1000) THEN
 		RAISE EXCEPTION 'thresholds must be percentages between 1 and 1000: %', thresholds
 			USING ERRCODE = 'invalid_parameter_value';
@@ -146,7 +170,7 @@ BEGIN
 	RETURN sorted;
 END $$;
 COMMENT ON FUNCTION flagmeter.check_thresholds(integer[]) IS
-'validates alert thresholds (percentages 1..1000, no NULLs, no repeats) and returns them sorted';
+'validates alert thresholds (at most 32 percentages 1..1000, no NULLs, no repeats) and returns them sorted';
 
 CREATE FUNCTION flagmeter.check_name(kind text, value text)
 RETURNS void
