@@ -50,13 +50,6 @@ static int	fm_stripes = 16;
  * Statements
  * ---------------------------------------------------------------------
  */
-static FmStatement insert_event_stmt = {
-	"INSERT INTO flagmeter.events"
-	" (tenant, meter, amount, occurred_at, recorded_at, idempotency_key)"
-	" VALUES ($1, $2, $3, $4, $5, $6)",
-	6, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID}
-};
-
 /* track: the event, the stripe's increment, and the period's rows */
 static FmStatement track_stmt = {
 	"WITH event AS ("
@@ -99,11 +92,18 @@ static FmStatement create_stripe0_stmt = {
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
-static FmStatement write_stripe0_stmt = {
-	"UPDATE flagmeter.counters SET counter = $4"
+/* consume's write: stripe 0 (locked) gets its new value, and the event */
+static FmStatement record_consumed_stmt = {
+	"WITH event AS ("
+	"  INSERT INTO flagmeter.events"
+	"   (tenant, meter, amount, occurred_at, recorded_at, idempotency_key)"
+	"  VALUES ($1, $2, $5, $6, $6, $7)"
+	")"
+	" UPDATE flagmeter.counters SET counter = $4"
 	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
 	" AND stripe" EQ "0::smallint",
-	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, FM_TYPE_COUNTER}
+	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, FM_TYPE_COUNTER, INT8OID,
+	TIMESTAMPTZOID, TEXTOID}
 };
 
 static FmStatement claim_key_stmt = {
@@ -285,25 +285,6 @@ static FmCounter
 stripe0_counter(void)
 {
 	return merge_result_rows();
-}
-
-static void
-insert_event(const char *tenant, const char *meter, int64 amount,
-			 TimestampTz occurred_at, const char *key)
-{
-	Datum		args[6];
-	char		nulls[6] = "      ";
-
-	args[0] = CStringGetTextDatum(tenant);
-	args[1] = CStringGetTextDatum(meter);
-	args[2] = Int64GetDatum(amount);
-	args[3] = TimestampTzGetDatum(occurred_at);
-	args[4] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	if (key)
-		args[5] = CStringGetTextDatum(key);
-	else
-		nulls[5] = 'n';
-	fm_execute(&insert_event_stmt, args, nulls, false, 0);
 }
 
 /*
@@ -1024,14 +1005,16 @@ consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 	{
 		for (i = 0; i < n; i++)
 		{
-			Datum		args[4];
+			Datum		args[7];
 
 			args[0] = CStringGetTextDatum(tenant);
 			args[1] = CStringGetTextDatum(items[i].meter);
 			args[2] = TimestampTzGetDatum(items[i].period_start);
 			args[3] = FmCounterPGetDatum(&afters[i]);
-			fm_execute(&write_stripe0_stmt, args, NULL, false, 0);
-			insert_event(tenant, items[i].meter, items[i].amount, now, key);
+			args[4] = Int64GetDatum(items[i].amount);
+			args[5] = TimestampTzGetDatum(now);
+			args[6] = key ? CStringGetTextDatum(key) : (Datum) 0;
+			fm_execute(&record_consumed_stmt, args, key ? NULL : "      n", false, 0);
 			if (items[i].limit.limited)
 				fm_queue_usage_level(tenant, items[i].meter, items[i].period_start,
 									 decisions[i].used, items[i].limit.quota,
