@@ -40,9 +40,27 @@ CREATE TABLE flagmeter.events (
 	idempotency_key	text,
 	xid				xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id()
 ) PARTITION BY RANGE (recorded_at);
-CREATE INDEX events_tenant_meter_time ON flagmeter.events (tenant, meter, occurred_at);
-CREATE INDEX events_xid ON flagmeter.events (xid);
 CREATE TABLE flagmeter.events_default PARTITION OF flagmeter.events DEFAULT;
+
+-- Each partition is indexed on its own, not through the partitioned table:
+-- partitions are created at run time and dumped as ordinary tables with
+-- their indexes, which an index of the (extension-owned) parent would
+-- duplicate on restore.
+CREATE FUNCTION flagmeter.index_event_partition(partition regclass)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	name text := (SELECT c.relname FROM pg_class c WHERE c.oid = partition);
+BEGIN
+	EXECUTE format('CREATE INDEX %I ON %s (tenant, meter, occurred_at)', name || '_tenant_meter_time', partition);
+	EXECUTE format('CREATE INDEX %I ON %s (xid)', name || '_xid', partition);
+END $$;
+COMMENT ON FUNCTION flagmeter.index_event_partition(regclass) IS
+'creates the indexes of a partition of flagmeter.events: (tenant, meter, occurred_at) and (xid)';
+
+SELECT flagmeter.index_event_partition('flagmeter.events_default');
 COMMENT ON TABLE flagmeter.events IS
 'every recorded event, insert-only (voids are logged in voids), partitioned by recorded_at day';
 COMMENT ON TABLE flagmeter.events_default IS

@@ -22,6 +22,10 @@
 -- partition (once a day) holds inserts for the last moment of the run.
 -- ---------------------------------------------------------------------------
 
+-- The two single-row tables below get their row on first use, not from
+-- this script: they are dumped with pg_dump (pg_extension_config_dump), and
+-- a row inserted here would collide with the dumped one on restore.
+
 CREATE TABLE flagmeter.settings (
 	singleton			boolean PRIMARY KEY DEFAULT true CONSTRAINT settings_singleton CHECK (singleton),
 	retention			interval NOT NULL DEFAULT '90 days'
@@ -30,13 +34,48 @@ CREATE TABLE flagmeter.settings (
 		CONSTRAINT settings_partitions_ahead_range
 		CHECK (partitions_ahead OPERATOR(pg_catalog.>=) 1 AND partitions_ahead OPERATOR(pg_catalog.<=) 60)
 );
-INSERT INTO flagmeter.settings DEFAULT VALUES;
 COMMENT ON TABLE flagmeter.settings IS
-'settings of maintain(): retention of raw events, idempotency keys and voids (the idempotency window), and how many daily partitions to create ahead; change with UPDATE';
+'settings of maintain() when changed from the defaults (see flagmeter.configure and flagmeter.current_settings)';
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.settings', '');
+
+CREATE VIEW flagmeter.current_settings AS
+SELECT COALESCE(s.retention, '90 days'::interval) AS retention,
+       COALESCE(s.partitions_ahead, 3) AS partitions_ahead
+FROM (VALUES (true)) AS one(singleton)
+LEFT JOIN flagmeter.settings s ON s.singleton;
+COMMENT ON VIEW flagmeter.current_settings IS
+'the settings in force: retention of raw events, idempotency keys, voids and outbox rows (the idempotency window), and how many daily partitions to create ahead';
+
+CREATE FUNCTION flagmeter.configure(retention interval DEFAULT NULL, partitions_ahead integer DEFAULT NULL)
+RETURNS flagmeter.current_settings
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	result flagmeter.current_settings;
+BEGIN
+	IF retention IS NOT NULL AND retention < interval '1 day' THEN
+		RAISE EXCEPTION 'retention must be at least one day: %', retention
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF partitions_ahead IS NOT NULL AND (partitions_ahead < 1 OR partitions_ahead > 60) THEN
+		RAISE EXCEPTION 'partitions_ahead must be between 1 and 60: %', partitions_ahead
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	INSERT INTO flagmeter.settings AS s (retention, partitions_ahead)
+	SELECT COALESCE(configure.retention, c.retention), COALESCE(configure.partitions_ahead, c.partitions_ahead)
+	FROM flagmeter.current_settings c
+	ON CONFLICT ON CONSTRAINT settings_pkey DO UPDATE
+		SET retention = EXCLUDED.retention, partitions_ahead = EXCLUDED.partitions_ahead;
+	SELECT * INTO result FROM flagmeter.current_settings;
+	RETURN result;
+END $$;
+COMMENT ON FUNCTION flagmeter.configure(interval, integer) IS
+'changes the settings of maintain() (NULL keeps a setting) and returns the settings in force';
 
 CREATE TABLE flagmeter.maintenance_state (
 	singleton			boolean PRIMARY KEY DEFAULT true CONSTRAINT maintenance_state_singleton CHECK (singleton),
+	system_identifier	bigint,
 	folded_through		xid8 NOT NULL DEFAULT '0',
 	runs				bigint NOT NULL DEFAULT 0,
 	last_run_at			timestamptz,
@@ -46,10 +85,23 @@ CREATE TABLE flagmeter.maintenance_state (
 	total_voids_folded	bigint NOT NULL DEFAULT 0,
 	resync_sent_through	bigint NOT NULL DEFAULT 0
 );
-INSERT INTO flagmeter.maintenance_state DEFAULT VALUES;
 COMMENT ON TABLE flagmeter.maintenance_state IS
-'where folding stands (events with xid below folded_through are in the rollups), counters of maintain() runs, and the outbox version up to which a resync hint went out for skipped notifications';
+'where folding stands (events with xid below folded_through are in the rollups; xids of the cluster system_identifier), counters of maintain() runs, and the outbox version up to which a resync hint went out';
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.maintenance_state', '');
+
+-- The state, as readers see it before maintain() first ran.
+CREATE VIEW flagmeter.current_state AS
+SELECT COALESCE(m.folded_through, '0'::xid8) AS folded_through,
+       COALESCE(m.runs, 0) AS runs, m.last_run_at, m.last_run_duration,
+       COALESCE(m.last_run_folded, 0) AS last_run_folded,
+       COALESCE(m.total_folded, 0) AS total_folded,
+       COALESCE(m.total_voids_folded, 0) AS total_voids_folded,
+       COALESCE(m.resync_sent_through, 0) AS resync_sent_through,
+       m.system_identifier
+FROM (VALUES (true)) AS one(singleton)
+LEFT JOIN flagmeter.maintenance_state m ON m.singleton;
+COMMENT ON VIEW flagmeter.current_state IS
+'maintenance_state with its defaults before the first maintain()';
 
 CREATE TABLE flagmeter.rollup_hour (
 	tenant		text NOT NULL,
@@ -95,7 +147,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-	ahead integer := (SELECT s.partitions_ahead FROM flagmeter.settings s);
+	ahead integer := (SELECT s.partitions_ahead FROM flagmeter.current_settings s);
 	today timestamptz := date_trunc('day', now(), 'UTC');
 	day timestamptz;
 	name text;
@@ -126,6 +178,7 @@ BEGIN
 		lower_bound := to_char(day AT TIME ZONE 'UTC', 'YYYY-MM-DD') || ' 00:00:00+00';
 		upper_bound := to_char((day + interval '1 day') AT TIME ZONE 'UTC', 'YYYY-MM-DD') || ' 00:00:00+00';
 		EXECUTE format('CREATE TABLE flagmeter.%I (LIKE flagmeter.events INCLUDING DEFAULTS)', name);
+		PERFORM flagmeter.index_event_partition(('flagmeter.' || quote_ident(name))::regclass);
 		EXECUTE format('ALTER TABLE flagmeter.events ATTACH PARTITION flagmeter.%I FOR VALUES FROM (%L) TO (%L)',
 		               name, lower_bound, upper_bound);
 		created := created + 1;
@@ -146,7 +199,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-	cutoff timestamptz := now() - (SELECT s.retention FROM flagmeter.settings s);
+	cutoff timestamptz := now() - (SELECT s.retention FROM flagmeter.current_settings s);
 	part record;
 	unfolded boolean;
 	saved_timeout text := current_setting('lock_timeout');
@@ -289,11 +342,25 @@ DECLARE
 	started timestamptz := clock_timestamp();
 	low xid8;
 	high xid8;
+	cluster bigint;
 	cutoff timestamptz;
 BEGIN
 	-- One run at a time: a concurrent run waits here, then starts from the
 	-- watermark this one leaves.
-	SELECT m.folded_through INTO low FROM flagmeter.maintenance_state m FOR UPDATE;
+	INSERT INTO flagmeter.maintenance_state (system_identifier)
+	SELECT c.system_identifier FROM pg_control_system() c
+	ON CONFLICT ON CONSTRAINT maintenance_state_pkey DO NOTHING;
+	SELECT m.folded_through, m.system_identifier INTO low, cluster
+	FROM flagmeter.maintenance_state m FOR UPDATE;
+
+	-- Transaction ids only mean something in the cluster that assigned them.
+	IF cluster IS DISTINCT FROM (SELECT c.system_identifier FROM pg_control_system() c) THEN
+		RAISE EXCEPTION 'flagmeter''s usage was folded in another cluster'
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+			      DETAIL = 'The data was restored from a dump or copied from another cluster; '
+			               'the fold watermark refers to that cluster''s transaction ids.',
+			      HINT = 'Run SELECT flagmeter.after_restore() once, before tracking resumes.';
+	END IF;
 	-- Every transaction with an id below the xmin has ended.
 	high := pg_snapshot_xmin(pg_current_snapshot());
 
@@ -306,7 +373,7 @@ BEGIN
 		voids_folded := 0;
 	END IF;
 
-	cutoff := now() - (SELECT s.retention FROM flagmeter.settings s);
+	cutoff := now() - (SELECT s.retention FROM flagmeter.current_settings s);
 	DELETE FROM flagmeter.event_keys k WHERE k.recorded_at < cutoff;
 	GET DIAGNOSTICS keys_expired = ROW_COUNT;
 	DELETE FROM flagmeter.voids v WHERE v.voided_at < cutoff AND v.xid < high;
@@ -385,3 +452,48 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION flagmeter.unschedule() IS
 'removes the pg_cron job "flagmeter-maintain"; false when there was none';
+
+-- After pg_dump/pg_restore (or any copy into another cluster) the events'
+-- transaction ids and the watermark come from the old cluster, where they
+-- were assigned; this cluster's ids are unrelated.  after_restore() folds
+-- what the old cluster had not folded yet, then renumbers the copied rows
+-- so that they all lie below this cluster's current xmin, and moves the
+-- watermark there.  Run it once after restoring, before tracking resumes:
+-- it takes the events' tables exclusively while it runs.
+CREATE FUNCTION flagmeter.after_restore(OUT events_folded bigint, OUT voids_folded bigint,
+	OUT rows_renumbered bigint)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	low xid8;
+	here bigint := (SELECT c.system_identifier FROM pg_control_system() c);
+	cluster bigint;
+	n bigint;
+BEGIN
+	SELECT m.folded_through, m.system_identifier INTO low, cluster
+	FROM flagmeter.maintenance_state m FOR UPDATE;
+	IF NOT FOUND OR cluster = here THEN
+		RAISE EXCEPTION 'flagmeter''s data was not restored from another cluster'
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+			      HINT = 'after_restore() is for the first run after a restore; use maintain().';
+	END IF;
+	LOCK TABLE flagmeter.events, flagmeter.voids IN EXCLUSIVE MODE;
+
+	-- everything the old cluster had not folded: all of it has committed
+	SELECT f.events_folded, f.voids_folded INTO events_folded, voids_folded
+	FROM flagmeter.fold_band(low, '18446744073709551615'::xid8) f;
+
+	-- below this cluster's xmin, so that no copied row looks unfolded
+	UPDATE flagmeter.events e SET xid = '0' WHERE e.xid <> '0';
+	GET DIAGNOSTICS rows_renumbered = ROW_COUNT;
+	UPDATE flagmeter.voids v SET xid = '0' WHERE v.xid <> '0';
+	GET DIAGNOSTICS n = ROW_COUNT;
+	rows_renumbered := rows_renumbered + n;
+
+	UPDATE flagmeter.maintenance_state
+	SET system_identifier = here,
+	    folded_through = pg_snapshot_xmin(pg_current_snapshot());
+END $$;
+COMMENT ON FUNCTION flagmeter.after_restore() IS
+'run once after restoring a dump into another cluster, before tracking resumes: folds what was not folded and renumbers the copied events so maintain() can go on';

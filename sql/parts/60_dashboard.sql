@@ -74,7 +74,7 @@ DECLARE
 	aggregation text;
 	step interval;
 	first_bucket timestamptz;
-	watermark xid8 := (SELECT m.folded_through FROM flagmeter.maintenance_state m);
+	watermark xid8 := (SELECT m.folded_through FROM flagmeter.current_state m);
 BEGIN
 	PERFORM flagmeter.check_tenant(tenant);
 	PERFORM flagmeter.check_meter_exists(meter);

@@ -123,7 +123,7 @@ BEGIN
 	SELECT max(o.version) INTO skipped_through
 	FROM flagmeter.outbox o
 	WHERE NOT o.notified
-	  AND o.version > (SELECT m.resync_sent_through FROM flagmeter.maintenance_state m);
+	  AND o.version > (SELECT m.resync_sent_through FROM flagmeter.current_state m);
 	IF skipped_through IS NULL OR pg_notification_queue_usage() > limit_setting THEN
 		RETURN false;
 	END IF;
@@ -179,6 +179,6 @@ SELECT (SELECT count(*) FROM flagmeter.events e WHERE e.xid >= m.folded_through)
        (SELECT count(*) FROM flagmeter.outbox o WHERE NOT o.notified)
          + (SELECT count(*) FROM flagmeter.notification_skips) AS notifications_skipped,
        (SELECT count(*) FROM flagmeter.blocked) AS blocked
-FROM flagmeter.maintenance_state m;
+FROM flagmeter.current_state m;
 COMMENT ON VIEW flagmeter.stats IS
 'for operators: events and voids not folded yet, the last maintain() run, totals folded, partitions, quota notifications sent, notifications skipped under backpressure, tenants blocked';

@@ -89,10 +89,12 @@ SELECT events_folded, partitions_dropped, keys_expired FROM maintain();
 SELECT to_regclass('flagmeter.events_p20200101') AS old_partition;
 SELECT bucket_start, counter FROM rollup_day WHERE bucket_start = '2020-01-01';
 SELECT count(*) AS ancient_keys FROM event_keys WHERE idempotency_key = 'ancient';
-\set VERBOSITY terse
-UPDATE settings SET retention = '0 days';
-UPDATE settings SET partitions_ahead = 0;
-\set VERBOSITY default
+SELECT * FROM configure(retention => '0 days');
+SELECT * FROM configure(partitions_ahead => 0);
+SELECT * FROM configure(retention => '30 days');
+SELECT * FROM configure(partitions_ahead => 5);
+SELECT * FROM current_settings;
+SELECT * FROM configure(retention => '90 days', partitions_ahead => 3);
 
 -- Compaction: stripes of an ended period merge into one row
 SET flagmeter.stripes = 4;
