@@ -166,6 +166,14 @@ fm_invalidate(PG_FUNCTION_ARGS)
 	else
 		op = "delete";
 
+	if (TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event) &&
+		trigdata->tg_oldtable == NULL && trigdata->tg_newtable == NULL)
+	{
+		/* no transition tables: no keys to name */
+		fm_queue_invalidation(relid, op, NULL);
+		return PointerGetDatum(NULL);
+	}
+
 	attnums = key_columns(trigdata, &ncolumns);
 
 	if (TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
@@ -177,8 +185,6 @@ fm_invalidate(PG_FUNCTION_ARGS)
 			fm_queue_invalidation(relid, op,
 								  key_json(desc, trigdata->tg_newtuple, attnums, ncolumns));
 	}
-	else if (trigdata->tg_oldtable == NULL && trigdata->tg_newtable == NULL)
-		fm_queue_invalidation(relid, op, NULL);
 	else
 	{
 		if (trigdata->tg_oldtable)

@@ -8,6 +8,10 @@
  *   subtransaction nesting level that queued it; a subtransaction abort
  *   drops its items, a subtransaction commit hands them to its parent.
  *
+ * - The commit-time statements run in the latest snapshot, not the
+ *   transaction's: under REPEATABLE READ the transaction's snapshot would
+ *   not see a threshold another transaction announced meanwhile.
+ *
  * - At XACT_EVENT_PRE_COMMIT (before PreCommit_Notify, so our NOTIFYs are
  *   part of this commit) quota events are written to flagmeter.outbox
  *   while holding the lock PreCommit_Notify itself takes for the commit
@@ -46,6 +50,7 @@
 #include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
+#include <limits.h>
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -318,48 +323,130 @@ fm_queue_usage_level(const char *tenant, const char *meter,
 	}
 }
 
+/*
+ * Per table, what is queued: how many keys, whether "the whole table" is,
+ * with which operations, and the outermost level any of it came from.
+ * Kept beside the list so that queueing a row costs O(1).
+ */
+typedef struct TableSummary
+{
+	Oid			relid;
+	int			nkeys;
+	bool		whole;
+	int			whole_ops;		/* bit per operation queued with whole */
+	int			min_level;
+} TableSummary;
+
+static HTAB *table_summaries = NULL;	/* in TopTransactionContext */
+
+static int
+op_bit(const char *op)
+{
+	switch (op[0])
+	{
+		case 'i':
+			return 1;
+		case 'u':
+			return 2;
+		case 'd':
+			return 4;
+		default:
+			return 8;			/* truncate */
+	}
+}
+
+static TableSummary *
+table_summary(Oid relid)
+{
+	TableSummary *summary;
+	bool		found;
+
+	if (table_summaries == NULL)
+	{
+		HASHCTL		ctl;
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(TableSummary);
+		ctl.hcxt = TopTransactionContext;
+		table_summaries = hash_create("flagmeter invalidations", 16, &ctl,
+									  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	summary = hash_search(table_summaries, &relid, HASH_ENTER, &found);
+	if (!found)
+	{
+		summary->nkeys = 0;
+		summary->whole = false;
+		summary->whole_ops = 0;
+		summary->min_level = INT_MAX;
+	}
+	return summary;
+}
+
+/* After a subtransaction ended: summaries from what is left. */
+static void
+rebuild_table_summaries(void)
+{
+	ListCell   *lc;
+
+	if (table_summaries)
+		hash_destroy(table_summaries);
+	table_summaries = NULL;
+	foreach(lc, pending_invalidations)
+	{
+		PendingInvalidation *p = lfirst(lc);
+		TableSummary *summary = table_summary(p->relid);
+
+		summary->min_level = Min(summary->min_level, p->level);
+		if (p->key_json)
+			summary->nkeys++;
+		else
+		{
+			summary->whole = true;
+			summary->whole_ops |= op_bit(p->op);
+		}
+	}
+}
+
 void
 fm_queue_invalidation(Oid relid, const char *op, const char *key_json)
 {
 	MemoryContext old;
 	PendingInvalidation *p;
-	ListCell   *lc;
-	int			nkeys = 0;
-	int			min_level = GetCurrentTransactionNestLevel();
+	TableSummary *summary = table_summary(relid);
+	int			level = GetCurrentTransactionNestLevel();
 
-	foreach(lc, pending_invalidations)
+	if (summary->whole)
 	{
-		PendingInvalidation *q = lfirst(lc);
-
-		if (q->relid != relid)
-			continue;
-		min_level = Min(min_level, q->level);
-		if (q->key_json == NULL)
-		{
-			/* whole table already reported: only the operation matters */
-			if (key_json != NULL)
-				key_json = NULL;
-		}
-		else
-			nkeys++;
+		/* the whole table goes out anyway: only a new operation matters */
+		if (summary->whole_ops & op_bit(op))
+			return;
+		key_json = NULL;
 	}
 
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	p = palloc0(sizeof(PendingInvalidation));
 	p->relid = relid;
 	p->op = op;
-	p->level = GetCurrentTransactionNestLevel();
-	if (key_json != NULL && nkeys < MAX_KEYS_PER_TABLE)
+	p->level = level;
+	if (key_json != NULL && summary->nkeys < MAX_KEYS_PER_TABLE)
+	{
 		p->key_json = pstrdup(key_json);
-	else if (key_json != NULL)
+		summary->nkeys++;
+	}
+	else
 	{
 		/*
-		 * Too many keys: report the whole table, at the outermost level any
-		 * of its keys came from, so no abort of an inner subtransaction
-		 * drops what an outer one changed.
+		 * The whole table, at the outermost level any of its keys came from,
+		 * so no abort of an inner subtransaction drops what an outer one
+		 * changed.
 		 */
-		p->level = min_level;
+		if (summary->min_level < level)
+			p->level = summary->min_level;
+		summary->whole = true;
+		summary->whole_ops |= op_bit(op);
 	}
+	summary->min_level = Min(summary->min_level, p->level);
 	pending_invalidations = lappend(pending_invalidations, p);
 	MemoryContextSwitchTo(old);
 }
@@ -458,10 +545,10 @@ record_event(const FmQuotaEvent *e, bool notified)
 		args[4] = Int64GetDatum(e->used);
 		args[5] = Int64GetDatum(e->quota);
 		args[6] = BoolGetDatum(notified);
-		fm_execute(&threshold_announced_stmt, args, NULL, false, 1);
+		fm_execute_latest(&threshold_announced_stmt, args, NULL, 1);
 		if (SPI_processed > 0)
 			return 0;			/* announced before, by someone */
-		fm_execute(&insert_threshold_stmt, args, NULL, false, 0);
+		fm_execute_latest(&insert_threshold_stmt, args, NULL, 0);
 		return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										   SPI_tuptable->tupdesc, 1, &isnull));
 	}
@@ -471,8 +558,8 @@ record_event(const FmQuotaEvent *e, bool notified)
 		args[0] = CStringGetTextDatum(e->tenant);
 		args[1] = CStringGetTextDatum(e->meter);
 		args[2] = TimestampTzGetDatum(e->period_start);
-		fm_execute(e->kind == FM_EVENT_BLOCKED ? &block_stmt : &unblock_stmt,
-				   args, NULL, false, 0);
+		fm_execute_latest(e->kind == FM_EVENT_BLOCKED ? &block_stmt : &unblock_stmt,
+						  args, NULL, 0);
 		if (SPI_processed == 0)
 			return 0;			/* already in that state */
 	}
@@ -497,7 +584,7 @@ record_event(const FmQuotaEvent *e, bool notified)
 	args[6] = Int64GetDatum(e->quota);
 	nulls[6] = e->has_quota ? ' ' : 'n';
 	args[7] = BoolGetDatum(notified);
-	fm_execute(&insert_event_stmt, args, nulls, false, 0);
+	fm_execute_latest(&insert_event_stmt, args, nulls, 0);
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 									   SPI_tuptable->tupdesc, 1, &isnull));
 }
@@ -715,6 +802,7 @@ reset_pending(void)
 	/* the memory belongs to TopTransactionContext, released with it */
 	pending_events = NIL;
 	pending_invalidations = NIL;
+	table_summaries = NULL;
 	announced_now = NIL;
 }
 
@@ -826,8 +914,11 @@ fm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		pending_events = filter_level(pending_events, level, aborted,
 									  offsetof(PendingEvent, level));
 	if (pending_invalidations != NIL)
+	{
 		pending_invalidations = filter_level(pending_invalidations, level, aborted,
 											 offsetof(PendingInvalidation, level));
+		rebuild_table_summaries();
+	}
 }
 
 void

@@ -7,6 +7,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
 #include "miscadmin.h"
+#include "utils/snapmgr.h"
 #include "catalog/pg_type.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
@@ -91,9 +92,9 @@ fm_prepare(FmStatement *st, Oid counter_type)
 	st->prepared_for = counter_type;
 }
 
-int
-fm_execute(FmStatement *st, Datum *values, const char *nulls,
-		   bool read_only, long count)
+static int
+execute_as_owner(FmStatement *st, Datum *values, const char *nulls,
+				 bool read_only, long count, Snapshot snapshot)
 {
 	Oid			counter_type = fm_counter_type_oid();
 	Oid			saved_user;
@@ -108,10 +109,27 @@ fm_execute(FmStatement *st, Datum *values, const char *nulls,
 	SetUserIdAndSecContext(fm_owner_oid(),
 						   saved_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
-	rc = SPI_execute_plan(st->plan, values, nulls, read_only, count);
+	if (snapshot != InvalidSnapshot)
+		rc = SPI_execute_snapshot(st->plan, values, nulls, snapshot,
+								  InvalidSnapshot, read_only, true, count);
+	else
+		rc = SPI_execute_plan(st->plan, values, nulls, read_only, count);
 	SetUserIdAndSecContext(saved_user, saved_context);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s",
 			 st->sql, SPI_result_code_string(rc));
 	return rc;
+}
+
+int
+fm_execute(FmStatement *st, Datum *values, const char *nulls,
+		   bool read_only, long count)
+{
+	return execute_as_owner(st, values, nulls, read_only, count, InvalidSnapshot);
+}
+
+int
+fm_execute_latest(FmStatement *st, Datum *values, const char *nulls, long count)
+{
+	return execute_as_owner(st, values, nulls, false, count, GetLatestSnapshot());
 }

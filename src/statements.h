@@ -43,4 +43,12 @@ extern Oid	fm_owner_oid(void);
 extern int	fm_execute(FmStatement *st, Datum *values, const char *nulls,
 					   bool read_only, long count);
 
+/*
+ * The same in the latest snapshot, whatever the isolation level: for the
+ * commit-time bookkeeping of notify.c, which must see what other
+ * transactions committed before it took the commit lock.
+ */
+extern int	fm_execute_latest(FmStatement *st, Datum *values, const char *nulls,
+							  long count);
+
 #endif							/* FLAGMETER_STATEMENTS_H */

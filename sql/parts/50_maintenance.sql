@@ -83,7 +83,8 @@ CREATE TABLE flagmeter.maintenance_state (
 	last_run_folded		bigint NOT NULL DEFAULT 0,
 	total_folded		bigint NOT NULL DEFAULT 0,
 	total_voids_folded	bigint NOT NULL DEFAULT 0,
-	resync_sent_through	bigint NOT NULL DEFAULT 0
+	resync_sent_through	bigint NOT NULL DEFAULT 0,
+	resync_sent_at		timestamptz
 );
 COMMENT ON TABLE flagmeter.maintenance_state IS
 'where folding stands (events with xid below folded_through are in the rollups; xids of the cluster system_identifier), counters of maintain() runs, and the outbox version up to which a resync hint went out';
@@ -97,6 +98,7 @@ SELECT COALESCE(m.folded_through, '0'::xid8) AS folded_through,
        COALESCE(m.total_folded, 0) AS total_folded,
        COALESCE(m.total_voids_folded, 0) AS total_voids_folded,
        COALESCE(m.resync_sent_through, 0) AS resync_sent_through,
+       m.resync_sent_at,
        m.system_identifier
 FROM (VALUES (true)) AS one(singleton)
 LEFT JOIN flagmeter.maintenance_state m ON m.singleton;
@@ -385,7 +387,12 @@ BEGIN
 	-- resync; both announce at commit.
 	PERFORM flagmeter.review_blocks();
 	PERFORM flagmeter.send_resync_hint();
-	DELETE FROM flagmeter.outbox o WHERE o.created_at < cutoff;
+	-- A threshold row is what makes a threshold announced once per period:
+	-- it goes only when its period has surely ended (the longest periods
+	-- but lifetime last a year); lifetime thresholds stay.
+	DELETE FROM flagmeter.outbox o
+	WHERE o.created_at < cutoff
+	  AND (o.kind <> 'threshold' OR o.period_start < cutoff - interval '1 year 1 day');
 	DELETE FROM flagmeter.notification_skips k WHERE k.skipped_at < cutoff;
 
 	-- Last, since they hold table locks until the commit that follows.

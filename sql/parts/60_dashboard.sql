@@ -9,10 +9,12 @@ CREATE FUNCTION flagmeter.used_by(counter flagmeter.quota_counter, aggregation t
 RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$
-SELECT CASE $2
-	WHEN 'count' THEN flagmeter.events($1)
-	WHEN 'max' THEN COALESCE(flagmeter.max_amount($1), 0)
-	WHEN 'latest' THEN COALESCE(flagmeter.latest($1), 0)
+-- (CASE WHEN with qualified operators: CASE x WHEN would resolve = through
+-- the caller's search_path)
+SELECT CASE
+	WHEN $2 OPERATOR(pg_catalog.=) 'count' THEN flagmeter.events($1)
+	WHEN $2 OPERATOR(pg_catalog.=) 'max' THEN COALESCE(flagmeter.max_amount($1), 0)
+	WHEN $2 OPERATOR(pg_catalog.=) 'latest' THEN COALESCE(flagmeter.latest($1), 0)
 	ELSE flagmeter.used($1)
 END
 $$;

@@ -108,32 +108,41 @@ END $$;
 COMMENT ON FUNCTION flagmeter.review_blocks(text, text, text) IS
 'announces "unblocked" for blocked tenants that are back under their hard limit (limit raised or removed, usage voided, period ended); returns how many';
 
--- After notifications were skipped under backpressure, one hint tells app
--- instances to resync from the outbox, once the queue has room again.
+-- After notifications were skipped under backpressure (quota events kept in
+-- the outbox, or invalidations), one hint tells app instances to resync,
+-- once the queue has room again.
 CREATE FUNCTION flagmeter.send_resync_hint()
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+	state flagmeter.current_state;
 	skipped_through bigint;
 	limit_setting double precision :=
 		COALESCE(current_setting('flagmeter.notify_queue_limit', true)::double precision, 0.5);
 BEGIN
+	SELECT * INTO state FROM flagmeter.current_state;
 	SELECT max(o.version) INTO skipped_through
 	FROM flagmeter.outbox o
-	WHERE NOT o.notified
-	  AND o.version > (SELECT m.resync_sent_through FROM flagmeter.current_state m);
-	IF skipped_through IS NULL OR pg_notification_queue_usage() > limit_setting THEN
+	WHERE NOT o.notified AND o.version > state.resync_sent_through;
+	IF skipped_through IS NULL
+	   AND NOT EXISTS (SELECT FROM flagmeter.notification_skips k
+	                   WHERE k.skipped_at > COALESCE(state.resync_sent_at, '-infinity'))
+	THEN
 		RETURN false;
 	END IF;
-	PERFORM pg_notify('flagmeter',
-	                  json_build_object('kind', 'resync', 'version', skipped_through)::text);
-	UPDATE flagmeter.maintenance_state SET resync_sent_through = skipped_through;
+	IF pg_notification_queue_usage() > limit_setting THEN
+		RETURN false;
+	END IF;
+	skipped_through := COALESCE(skipped_through, state.resync_sent_through);
+	PERFORM pg_notify('flagmeter', format('{"kind":"resync","version":%s}', skipped_through));
+	UPDATE flagmeter.maintenance_state
+	SET resync_sent_through = skipped_through, resync_sent_at = now();
 	RETURN true;
 END $$;
 COMMENT ON FUNCTION flagmeter.send_resync_hint() IS
-'sends one "resync" notification when outbox rows were not announced (backpressure) and the queue has room again';
+'sends one "resync" notification when quota events were not announced or invalidations were skipped (backpressure) and the queue has room again';
 
 CREATE FUNCTION flagmeter.changes_since(version bigint)
 RETURNS SETOF flagmeter.outbox
@@ -150,7 +159,7 @@ CREATE FUNCTION flagmeter.latest_version()
 RETURNS bigint
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
-SELECT COALESCE(max(o.version), 0) FROM flagmeter.outbox o
+SELECT COALESCE(pg_catalog.max(o.version), 0) FROM flagmeter.outbox o
 $$;
 COMMENT ON FUNCTION flagmeter.latest_version() IS
 'the version of the latest recorded quota event (0 when none): where a fresh app instance starts';
