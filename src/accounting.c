@@ -81,7 +81,7 @@ static FmStatement read_period_stmt = {
 static FmStatement lock_stripe0_stmt = {
 	"SELECT counter FROM flagmeter.counters"
 	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
-	" AND stripe" EQ "0::smallint FOR UPDATE",
+	" AND stripe" EQ "0::pg_catalog.int2 FOR UPDATE",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
@@ -101,7 +101,7 @@ static FmStatement record_consumed_stmt = {
 	")"
 	" UPDATE flagmeter.counters SET counter = $4"
 	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
-	" AND stripe" EQ "0::smallint",
+	" AND stripe" EQ "0::pg_catalog.int2",
 	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, FM_TYPE_COUNTER, INT8OID,
 	TIMESTAMPTZOID, TEXTOID}
 };
@@ -145,17 +145,30 @@ static FmStatement log_void_stmt = {
 };
 
 static FmStatement lock_period_stmt = {
-	"SELECT counter FROM flagmeter.counters"
+	"SELECT counter, stripe FROM flagmeter.counters"
 	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
 	" ORDER BY stripe FOR UPDATE",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
+/*
+ * Only the stripes that were locked and merged: a stripe that a concurrent
+ * track created after the lock is not in the merge, and must stay.
+ */
 static FmStatement drop_stripes_stmt = {
 	"DELETE FROM flagmeter.counters"
 	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
-	" AND stripe OPERATOR(pg_catalog.<>) 0::smallint",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	" AND stripe OPERATOR(pg_catalog.=) ANY ($4)"
+	" AND stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2",
+	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2ARRAYOID}
+};
+
+static FmStatement add_to_stripe0_stmt = {
+	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)"
+	" VALUES ($1, $2, $3, 0, $4)"
+	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE"
+	" SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter",
+	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, FM_TYPE_COUNTER}
 };
 
 static FmStatement set_stripe0_stmt = {
@@ -1221,6 +1234,8 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	TimestampTz period_end;
 	FmCounter	total;
 	Datum		args[4];
+	ArrayType  *locked;
+	bool		stripe0_locked = false;
 
 	fm_load_limit(tenant, item->meter, false, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, item->occurred_at,
@@ -1230,6 +1245,21 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	args[2] = TimestampTzGetDatum(period_start);
 	fm_execute(&lock_period_stmt, args, NULL, false, 0);
 	total = merge_result_rows();
+	{
+		Datum	   *stripes = palloc(sizeof(Datum) * Max(SPI_processed, 1));
+		uint64		i;
+		bool		isnull;
+
+		for (i = 0; i < SPI_processed; i++)
+		{
+			stripes[i] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+									   2, &isnull);
+			if (DatumGetInt16(stripes[i]) == 0)
+				stripe0_locked = true;
+		}
+		locked = construct_array(stripes, (int) SPI_processed, INT2OID, 2, true,
+								 TYPALIGN_SHORT);
+	}
 
 	/*
 	 * The period's counters cannot hold the event when its boundaries moved
@@ -1239,9 +1269,17 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	if (fm_counter_void(&total, item->amount) != FM_OK)
 		return;
 
+	args[3] = PointerGetDatum(locked);
 	fm_execute(&drop_stripes_stmt, args, NULL, false, 0);
+
+	/*
+	 * Into stripe 0: replacing it when it was locked and merged; otherwise
+	 * a concurrent consume may have created it since, and its content is
+	 * not in the total, so add to it.
+	 */
 	args[3] = FmCounterPGetDatum(&total);
-	fm_execute(&set_stripe0_stmt, args, NULL, false, 0);
+	fm_execute(stripe0_locked ? &set_stripe0_stmt : &add_to_stripe0_stmt,
+			   args, NULL, false, 0);
 
 	/* back under a hard limit: unblocked, if it was blocked */
 	if (limit.limited && limit.hard &&

@@ -10,6 +10,7 @@
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
+#include "mb/pg_wchar.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -211,7 +212,10 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 
 		deconstruct_array(arr, INT4OID, 4, true, TYPALIGN_INT, &elems, NULL, &n);
 		if (n > FM_MAX_THRESHOLDS)
-			elog(ERROR, "limit of tenant \"%s\" meter \"%s\" has %d thresholds", tenant, meter, n);
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("the limit of tenant \"%s\" for meter \"%s\" has %d thresholds", tenant, meter, n),
+					 errdetail("A limit has at most %d thresholds.", FM_MAX_THRESHOLDS)));
 		limit->nthresholds = n;
 		for (i = 0; i < n; i++)
 			limit->thresholds[i] = DatumGetInt32(elems[i]);
@@ -280,6 +284,13 @@ fm_decide(const FmLimit *limit, const FmCounter *current, int64 amount,
  * Argument checks
  * ---------------------------------------------------------------------
  */
+/* How many bytes of s to quote in a message: 64, never half a character. */
+static int
+clip(const char *s)
+{
+	return pg_mbcliplen(s, strlen(s), 64);
+}
+
 void
 fm_check_tenant(const char *tenant)
 {
@@ -288,7 +299,7 @@ fm_check_tenant(const char *tenant)
 	if (len == 0 || len > FM_TENANT_MAX_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid tenant id: \"%.64s\"", tenant),
+				 errmsg("invalid tenant id \"%.*s\"", clip(tenant), tenant),
 				 errdetail("A tenant id is 1 to %d bytes long.", FM_TENANT_MAX_BYTES)));
 }
 
@@ -299,7 +310,7 @@ fm_check_meter_name(const char *meter)
 	if (strlen(meter) > FM_NAME_MAX_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_NAME),
-				 errmsg("meter name is too long: \"%.64s...\"", meter),
+				 errmsg("meter name is too long: \"%.*s...\"", clip(meter), meter),
 				 errdetail("Meter names are at most %d characters.", FM_NAME_MAX_BYTES)));
 }
 
@@ -311,7 +322,7 @@ fm_check_key(const char *key)
 	if (len == 0 || len > FM_KEY_MAX_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid idempotency key: \"%.64s\"", key),
+				 errmsg("invalid idempotency key \"%.*s\"", clip(key), key),
 				 errdetail("An idempotency key is 1 to %d bytes long.", FM_KEY_MAX_BYTES)));
 }
 

@@ -128,7 +128,7 @@ static const char *const kind_names[] = {
 static FmStatement threshold_announced_stmt = {
 	"SELECT 1 FROM flagmeter.outbox"
 	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
-	" AND threshold" EQ "$4 AND kind" EQ "'threshold'::text",
+	" AND threshold" EQ "$4 AND kind" EQ "'threshold'::pg_catalog.text",
 	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT4OID}
 };
 

@@ -2,8 +2,9 @@
  * statements.h
  *	  Prepared SPI statements, kept for the life of the backend.
  *
- * Every statement text is fully schema-qualified, so a caller's search_path
- * cannot change what it does.  Statements whose parameters have one of
+ * Every statement text is fully schema-qualified, type names included (pg_temp
+ * is searched first for types unless named), so a caller's search_path cannot
+ * change what it does, though the statements run as the owner.  Statements whose parameters have one of
  * flagmeter's own types are re-prepared when that type's OID changes (the
  * extension was dropped and created again in the same session).
  */

@@ -38,7 +38,10 @@ CREATE TABLE flagmeter.limits (
 		CHECK (period OPERATOR(pg_catalog.=) ANY (ARRAY['hour', 'day', 'week', 'month', 'year', 'lifetime'])),
 	mode		text NOT NULL
 		CONSTRAINT limits_mode_valid CHECK (mode OPERATOR(pg_catalog.=) ANY (ARRAY['hard', 'soft'])),
-	thresholds	integer[] NOT NULL,
+	thresholds	integer[] NOT NULL
+		CONSTRAINT limits_thresholds_valid
+		CHECK (pg_catalog.cardinality(thresholds) OPERATOR(pg_catalog.<=) 32
+		       AND pg_catalog.array_position(thresholds, NULL) IS NULL),
 	updated_at	timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	PRIMARY KEY (plan, meter)
 );
@@ -64,7 +67,10 @@ CREATE TABLE flagmeter.overrides (
 		CHECK (period OPERATOR(pg_catalog.=) ANY (ARRAY['hour', 'day', 'week', 'month', 'year', 'lifetime'])),
 	mode		text
 		CONSTRAINT overrides_mode_valid CHECK (mode OPERATOR(pg_catalog.=) ANY (ARRAY['hard', 'soft'])),
-	thresholds	integer[],
+	thresholds	integer[]
+		CONSTRAINT overrides_thresholds_valid
+		CHECK (pg_catalog.cardinality(thresholds) OPERATOR(pg_catalog.<=) 32
+		       AND pg_catalog.array_position(thresholds, NULL) IS NULL),
 	updated_at	timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	PRIMARY KEY (tenant, meter)
 );
@@ -102,7 +108,10 @@ SELECT pg_catalog.pg_extension_config_dump('flagmeter.overrides', '');
 -- by the views.  A tenant that is not assigned gets no limit and calendar
 -- months in UTC; an assigned tenant without a limit for this meter is
 -- unlimited and metered in months from its anchor.  No row: unknown meter.
--- LANGUAGE sql without SET so that the planner inlines it.
+-- LANGUAGE sql without SET so that the planner inlines it: every name in it
+-- is qualified (types too: pg_temp comes first for types otherwise), since it
+-- runs under the caller's search_path, also inside flagmeter's own statements
+-- that run as the owner.
 CREATE FUNCTION flagmeter.limit_config(tenant text, meter text,
 	OUT aggregation text, OUT plan text, OUT quota bigint, OUT period text,
 	OUT mode text, OUT thresholds integer[], OUT anchor timestamptz, OUT timezone text)
@@ -111,11 +120,11 @@ LANGUAGE sql STABLE PARALLEL SAFE ROWS 1
 AS $$
 SELECT m.aggregation, t.plan,
        COALESCE(o.quota, l.quota),
-       COALESCE(o.period, l.period, 'month'::text),
-       COALESCE(o.mode, l.mode, 'hard'::text),
-       COALESCE(o.thresholds, l.thresholds, '{80,100}'::integer[]),
-       COALESCE(t.anchor, '2000-01-01 00:00:00+00'::timestamptz),
-       COALESCE(t.timezone, 'UTC'::text)
+       COALESCE(o.period, l.period, 'month'::pg_catalog.text),
+       COALESCE(o.mode, l.mode, 'hard'::pg_catalog.text),
+       COALESCE(o.thresholds, l.thresholds, '{80,100}'::pg_catalog.int4[]),
+       COALESCE(t.anchor, '2000-01-01 00:00:00+00'::pg_catalog.timestamptz),
+       COALESCE(t.timezone, 'UTC'::pg_catalog.text)
 FROM flagmeter.meters m
 LEFT JOIN flagmeter.tenants t ON t.tenant OPERATOR(pg_catalog.=) $1
 LEFT JOIN flagmeter.limits l
@@ -182,7 +191,7 @@ BEGIN
 		RAISE EXCEPTION '% must not be NULL', kind USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	IF value !~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$' THEN
-		RAISE EXCEPTION 'invalid % name "%"', kind, value
+		RAISE EXCEPTION 'invalid % name "%"', kind, left(value, 64)
 			USING ERRCODE = 'invalid_name',
 			      DETAIL = 'Names are 1 to 63 characters from A-Z a-z 0-9 _ . : - and start with a letter or digit.';
 	END IF;
@@ -203,7 +212,7 @@ BEGIN
 		RAISE EXCEPTION 'aggregation must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	IF NOT aggregation = ANY (ARRAY['sum', 'count', 'max', 'latest']) THEN
-		RAISE EXCEPTION 'invalid aggregation "%"', aggregation
+		RAISE EXCEPTION 'invalid aggregation "%"', left(aggregation, 64)
 			USING ERRCODE = 'invalid_parameter_value',
 			      HINT = 'Valid aggregations are "sum", "count", "max" and "latest".';
 	END IF;
@@ -244,8 +253,11 @@ DECLARE
 	t text;
 BEGIN
 	PERFORM flagmeter.check_limit_args(quota, period, mode, thresholds, false);
+	IF plan IS NULL THEN
+		RAISE EXCEPTION 'plan must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
 	IF NOT EXISTS (SELECT FROM flagmeter.plans p WHERE p.plan = set_limit.plan) THEN
-		RAISE EXCEPTION 'plan "%" does not exist', plan USING ERRCODE = 'undefined_object',
+		RAISE EXCEPTION 'plan "%" does not exist', left(plan, 64) USING ERRCODE = 'undefined_object',
 			HINT = 'Define it first with flagmeter.define_plan().';
 	END IF;
 	PERFORM flagmeter.check_meter_exists(meter);
@@ -295,7 +307,7 @@ BEGIN
 		RAISE EXCEPTION 'plan must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	IF NOT EXISTS (SELECT FROM flagmeter.plans p WHERE p.plan = assign_plan.plan) THEN
-		RAISE EXCEPTION 'plan "%" does not exist', plan USING ERRCODE = 'undefined_object',
+		RAISE EXCEPTION 'plan "%" does not exist', left(plan, 64) USING ERRCODE = 'undefined_object',
 			HINT = 'Define it first with flagmeter.define_plan().';
 	END IF;
 	IF anchor IS NULL OR NOT isfinite(anchor) THEN
@@ -341,7 +353,7 @@ BEGIN
 	PERFORM flagmeter.check_limit_args(quota, period, mode, thresholds, true);
 	PERFORM flagmeter.check_meter_exists(meter);
 	IF NOT EXISTS (SELECT FROM flagmeter.tenants t WHERE t.tenant = override_limit.tenant) THEN
-		RAISE EXCEPTION 'tenant "%" has no plan', tenant USING ERRCODE = 'undefined_object',
+		RAISE EXCEPTION 'tenant "%" has no plan', left(tenant, 64) USING ERRCODE = 'undefined_object',
 			HINT = 'Assign a plan first with flagmeter.assign_plan().';
 	END IF;
 
@@ -419,7 +431,7 @@ BEGIN
 		RAISE EXCEPTION 'meter must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	IF NOT EXISTS (SELECT FROM flagmeter.meters m WHERE m.meter = check_meter_exists.meter) THEN
-		RAISE EXCEPTION 'meter "%" does not exist', meter USING ERRCODE = 'undefined_object',
+		RAISE EXCEPTION 'meter "%" does not exist', left(meter, 64) USING ERRCODE = 'undefined_object',
 			HINT = 'Define it first with flagmeter.define_meter().';
 	END IF;
 END $$;
@@ -442,14 +454,14 @@ BEGIN
 		RAISE EXCEPTION 'period must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	IF period IS NOT NULL AND NOT period = ANY (ARRAY['hour', 'day', 'week', 'month', 'year', 'lifetime']) THEN
-		RAISE EXCEPTION 'invalid period "%"', period USING ERRCODE = 'invalid_parameter_value',
+		RAISE EXCEPTION 'invalid period "%"', left(period, 64) USING ERRCODE = 'invalid_parameter_value',
 			HINT = 'Valid periods are "hour", "day", "week", "month", "year" and "lifetime".';
 	END IF;
 	IF mode IS NULL AND NOT inherit THEN
 		RAISE EXCEPTION 'mode must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	IF mode IS NOT NULL AND NOT mode = ANY (ARRAY['hard', 'soft']) THEN
-		RAISE EXCEPTION 'invalid mode "%"', mode USING ERRCODE = 'invalid_parameter_value',
+		RAISE EXCEPTION 'invalid mode "%"', left(mode, 64) USING ERRCODE = 'invalid_parameter_value',
 			HINT = 'Valid modes are "hard" and "soft".';
 	END IF;
 	IF thresholds IS NULL AND NOT inherit THEN
@@ -466,7 +478,7 @@ RETURNS jsonb
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
 SELECT COALESCE(pg_catalog.jsonb_object_agg(m.meter,
-           pg_catalog.jsonb_build_array(c.period, c.anchor, c.timezone)), '{}'::jsonb)
+           pg_catalog.jsonb_build_array(c.period, c.anchor, c.timezone)), '{}'::pg_catalog.jsonb)
 FROM flagmeter.meters m
 CROSS JOIN LATERAL flagmeter.limit_config($1, m.meter) c
 $$;

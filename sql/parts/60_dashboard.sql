@@ -50,7 +50,7 @@ BEGIN
 		RAISE EXCEPTION 'n must be a positive number of tenants' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	IF by IS NULL OR NOT by = ANY (ARRAY['used', 'ratio']) THEN
-		RAISE EXCEPTION 'invalid ranking "%"', by USING ERRCODE = 'invalid_parameter_value',
+		RAISE EXCEPTION 'invalid ranking "%"', left(by, 64) USING ERRCODE = 'invalid_parameter_value',
 			HINT = 'Rank by "used" or by "ratio".';
 	END IF;
 	RETURN QUERY
@@ -85,7 +85,7 @@ BEGIN
 		RAISE EXCEPTION 'from and to must be finite timestamps' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	IF bucket IS NULL OR NOT bucket = ANY (ARRAY['hour', 'day', 'month']) THEN
-		RAISE EXCEPTION 'invalid bucket "%"', bucket USING ERRCODE = 'invalid_parameter_value',
+		RAISE EXCEPTION 'invalid bucket "%"', left(bucket, 64) USING ERRCODE = 'invalid_parameter_value',
 			HINT = 'Valid buckets are "hour", "day" and "month".';
 	END IF;
 	IF timezone IS NULL THEN

@@ -30,7 +30,7 @@ CREATE TABLE flagmeter.outbox (
 );
 -- a threshold is announced once per tenant, meter and period
 CREATE UNIQUE INDEX outbox_threshold_once ON flagmeter.outbox (tenant, meter, period_start, threshold)
-	WHERE kind OPERATOR(pg_catalog.=) 'threshold'::text;
+	WHERE kind OPERATOR(pg_catalog.=) 'threshold'::pg_catalog.text;
 CREATE INDEX outbox_created_at ON flagmeter.outbox USING brin (created_at);
 COMMENT ON TABLE flagmeter.outbox IS
 'every quota event (threshold reached, blocked, unblocked, limit or plan changed) with a version in commit order; notified is false when the notification was skipped under backpressure';
@@ -146,12 +146,18 @@ COMMENT ON FUNCTION flagmeter.send_resync_hint() IS
 
 CREATE FUNCTION flagmeter.changes_since(version bigint)
 RETURNS SETOF flagmeter.outbox
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT o.* FROM flagmeter.outbox o
-WHERE o.version OPERATOR(pg_catalog.>) $1
-ORDER BY o.version
-$$;
+BEGIN
+	-- a client that lost its version must resync, not believe it is in sync
+	IF version IS NULL THEN
+		RAISE EXCEPTION 'version must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+			HINT = 'Start from flagmeter.latest_version() after reading the state you cache.';
+	END IF;
+	RETURN QUERY SELECT o.* FROM flagmeter.outbox o WHERE o.version > changes_since.version
+	ORDER BY o.version;
+END $$;
 COMMENT ON FUNCTION flagmeter.changes_since(bigint) IS
 'the quota events recorded after version, in version (= commit) order: what an app instance that was disconnected must replay';
 

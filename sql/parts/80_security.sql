@@ -84,9 +84,10 @@
 -- reporting query that forgets its WHERE clause, not from a role that can
 -- run arbitrary SQL.
 --
--- maintain(), schedule() and unschedule() run as the owner of the
--- extension (maintain() creates and drops partitions of flagmeter.events,
--- which only its owner may): schedule the pg_cron job as that role.
+-- maintain(), schedule(), unschedule(), configure() and after_restore() run
+-- as the owner of the extension (maintain() creates and drops partitions of
+-- flagmeter.events, which only its owner may): schedule the pg_cron job as
+-- that role.
 -- ---------------------------------------------------------------------------
 
 -- The calls that run their SQL as the owner of schema flagmeter.
@@ -118,3 +119,6 @@ REVOKE ALL ON FUNCTION flagmeter.drop_expired_partitions(xid8) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.send_resync_hint() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.schedule(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.unschedule() FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.configure(interval, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.after_restore() FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.index_event_partition(regclass) FROM PUBLIC;
