@@ -30,7 +30,8 @@ FM_PG_CONFIG=$FM_PG_BINDIR/pg_config
 
 # Everything `make test` / `make demo` needs, by Debian package name.
 FM_DEB_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron
-	libipc-run-perl make gcc)
+	libipc-run-perl make gcc
+	clang-14 libclang-rt-14-dev sqlsmith)  # fuzzing: libFuzzer (fuzz/), sqlsmith
 
 # Port range reserved for this project's throwaway clusters.
 FM_PORT_FIRST=54321

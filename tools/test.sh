@@ -9,6 +9,11 @@
 #   isolation  pg_isolation_regress, test/specs/*.spec
 #   tap        prove, test/t/*.pl (these start their own clusters with
 #              PostgreSQL::Test::Cluster; only PGXS's bindir on PATH matters)
+#   fuzz       `make fuzz-smoke`: a short libFuzzer run on the quota_counter
+#              parsers (fuzz/fuzz.mk); one test, failed on any crash, hang,
+#              sanitizer report or broken property
+#   sqlsmith   tools/sqlsmith.sh 2000 against this cluster; one test, failed
+#              when the server log shows a crash
 #
 # Each suite is its own `make installcheck` (the other two switched off on the
 # command line: REGRESS= / ISOLATION= / TAP_TESTS=), because a single
@@ -129,6 +134,24 @@ run_suite() {
 	TOTAL_SKIPPED=$((TOTAL_SKIPPED + s))
 }
 
+# run_check NAME CMD...: a suite that is one test, passed when CMD exits 0;
+# output shown live and kept in $FM_TMP/NAME.log.
+run_check() {
+	local name=$1 rc=0
+	shift
+	fm_log "suite $name: $*"
+	"$@" 2>&1 | tee "$FM_TMP/$name.log" || rc=$?
+	if ((rc == 0)); then
+		fm_log "suite $name: 1 passed, 0 failed"
+		TOTAL_PASSED=$((TOTAL_PASSED + 1))
+	else
+		fm_err "suite $name: exited $rc; counting 1 failure"
+		ANY_STAGE_FAILED=1
+		SUITE_FAILED[$name]=1
+		TOTAL_FAILED=$((TOTAL_FAILED + 1))
+	fi
+}
+
 # has_files GLOB: true if the glob matches at least one file.
 has_files() { compgen -G "$1" >/dev/null; }
 
@@ -180,6 +203,18 @@ main() {
 		run_suite tap count_tap REGRESS= ISOLATION=
 	else
 		fm_log "suite tap: no test/t/*.pl, skipped"
+	fi
+	if has_files "$FM_SRC/fuzz/fuzz.mk"; then
+		run_check fuzz run_as_pg make -C "$FM_SRC" --no-print-directory \
+			PG_CONFIG="$FM_PG_CONFIG" fuzz-smoke
+	else
+		fm_log "suite fuzz: no fuzz/fuzz.mk, skipped"
+	fi
+	if has_files "$FM_SRC/tools/sqlsmith.sh"; then
+		run_check sqlsmith env FM_SQLSMITH_SERVER_LOG="$FM_TMP/server.log" \
+			bash "$FM_SRC/tools/sqlsmith.sh" 2000
+	else
+		fm_log "suite sqlsmith: no tools/sqlsmith.sh, skipped"
 	fi
 
 	if ((TOTAL_PASSED + TOTAL_FAILED == 0)); then
