@@ -189,6 +189,16 @@ static FmStatement insert_events_batch_stmt = {
 	TIMESTAMPTZOID, TEXTARRAYOID}
 };
 
+/* the rows of many periods: (ordinal of the period in the arrays, counter) */
+static FmStatement read_groups_stmt = {
+	"SELECT u.i, c.counter"
+	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3))"
+	"      WITH ORDINALITY AS u(t, m, p, i)"
+	" JOIN flagmeter.counters c"
+	"   ON c.tenant" EQ "u.t AND c.meter" EQ "u.m AND c.period_start" EQ "u.p",
+	3, {TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID}
+};
+
 static FmStatement add_to_stripes_batch_stmt = {
 	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)"
 	" SELECT u.t, u.m, u.p, $4, u.q"
@@ -839,11 +849,15 @@ fm_track_batch(PG_FUNCTION_ARGS)
 				Datum	   *g_meters = palloc(sizeof(Datum) * ngroups);
 				Datum	   *g_starts = palloc(sizeof(Datum) * ngroups);
 				Datum	   *g_counters = palloc(sizeof(Datum) * ngroups);
+				BatchGroupEntry **glist = palloc(sizeof(BatchGroupEntry *) * ngroups);
+				FmCounter  *totals;
+				uint64		r;
 				int			g = 0;
 
 				hash_seq_init(&scan, groups);
 				while ((group = hash_seq_search(&scan)) != NULL)
 				{
+					glist[g] = group;
 					g_tenants[g] = CStringGetTextDatum(tenants[group->first]);
 					g_meters[g] = CStringGetTextDatum(meters[group->first]);
 					g_starts[g] = TimestampTzGetDatum(group->key.period_start);
@@ -858,20 +872,37 @@ fm_track_batch(PG_FUNCTION_ARGS)
 														  FM_COUNTER_SIZE, false, TYPALIGN_DOUBLE));
 				fm_execute(&add_to_stripes_batch_stmt, args, NULL, false, 0);
 
-				/* every period touched must stay representable, as in track */
-				hash_seq_init(&scan, groups);
-				while ((group = hash_seq_search(&scan)) != NULL)
+				/*
+				 * Every period touched must stay representable, as in track,
+				 * and its total says whether a threshold is reached: the rows
+				 * of all the groups' periods, in one statement.
+				 */
+				fm_execute(&read_groups_stmt, args, NULL, false, 0);
+				totals = palloc(sizeof(FmCounter) * ngroups);
+				for (g = 0; g < ngroups; g++)
+					totals[g] = empty_counter();
+				for (r = 0; r < SPI_processed; r++)
+				{
+					bool		isnull;
+					int64		ordinal;
+					Datum		d;
+
+					ordinal = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
+														  SPI_tuptable->tupdesc, 1, &isnull));
+					d = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull);
+					fm_counter_report(fm_counter_merge(&totals[ordinal - 1],
+													   DatumGetFmCounterP(d)));
+				}
+				for (g = 0; g < ngroups; g++)
 				{
 					char		hkey[sizeof(((BatchLimitEntry *) 0)->key)];
 					BatchLimitEntry *entry;
-					FmCounter	total;
 
-					total = read_period(tenants[group->first], meters[group->first],
-										group->key.period_start, false);
+					group = glist[g];
 					tenant_meter_key(hkey, tenants[group->first], meters[group->first]);
 					entry = hash_search(limits, hkey, HASH_FIND, NULL);
 					announce_usage_level(tenants[group->first], meters[group->first],
-										 &entry->limit, group->key.period_start, &total);
+										 &entry->limit, group->key.period_start, &totals[g]);
 				}
 			}
 		}
