@@ -135,13 +135,15 @@ CREATE INDEX voids_voided_at ON flagmeter.voids USING brin (voided_at);
 
 -- Partitions ---------------------------------------------------------------------
 
--- Creates the daily partitions of events from today (UTC) to partitions_ahead
--- days ahead; returns how many it created.  Attaching a partition must lock
--- the default partition, which takes events only when a day has no
+-- Creates the daily partitions of events for the partitions_ahead days after
+-- today (UTC); returns how many it created.  Never today's: an insert that
+-- had already chosen the default partition for today's rows when the new
+-- partition was attached would then fail its partition check, so a day is
+-- attached only while no event can be recorded for it yet.  Attaching must
+-- lock the default partition, which takes events only on days without a
 -- partition (the day flagmeter is installed): the lock is asked with NOWAIT
 -- so that ingest never queues behind it, and a busy default partition means
--- "try again next run".  A day whose events already went to the default
--- partition keeps them there.  Each partition is made as a table and then
+-- "try again next run".  Each partition is made as a table and then
 -- attached, which does not block inserts into the other partitions.
 CREATE FUNCTION flagmeter.create_partitions()
 RETURNS integer
@@ -158,7 +160,7 @@ DECLARE
 	created integer := 0;
 BEGIN
 	IF NOT EXISTS (
-		SELECT FROM generate_series(0, ahead) i
+		SELECT FROM generate_series(1, ahead) i
 		WHERE to_regclass('flagmeter.events_p'
 		                  || to_char((today + make_interval(days => i)) AT TIME ZONE 'UTC', 'YYYYMMDD')) IS NULL)
 	THEN
@@ -170,7 +172,7 @@ BEGIN
 		RETURN 0;
 	END;
 
-	FOR i IN 0..ahead LOOP
+	FOR i IN 1..ahead LOOP
 		day := today + make_interval(days => i);
 		name := 'events_p' || to_char(day AT TIME ZONE 'UTC', 'YYYYMMDD');
 		CONTINUE WHEN to_regclass('flagmeter.' || quote_ident(name)) IS NOT NULL;
@@ -188,7 +190,7 @@ BEGIN
 	RETURN created;
 END $$;
 COMMENT ON FUNCTION flagmeter.create_partitions() IS
-'creates the daily partitions of flagmeter.events for today and the days ahead (settings.partitions_ahead); returns how many it created (0 when the default partition is busy: the next run tries again)';
+'creates the daily partitions of flagmeter.events for the days after today (settings.partitions_ahead); returns how many it created (0 when the default partition is busy: the next run tries again)';
 
 -- Drops the daily partitions that ended before the retention cut-off and hold
 -- no event still to fold.  Dropping a partition locks events exclusively

@@ -69,7 +69,7 @@ SELECT top_tenants('api_calls', 0);
 SELECT top_tenants('api_calls', 3, 'loudest');
 SELECT top_tenants('nope');
 
--- Partitions: maintain() creates today's and the coming days' partitions
+-- Partitions: maintain() creates the coming days' partitions
 SELECT events_folded FROM maintain();
 SELECT count(*) >= 3 AS has_upcoming_partitions
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
