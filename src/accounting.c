@@ -78,6 +78,13 @@ static FmStatement read_period_stmt = {
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
+static FmStatement read_tracked_stmt = {
+	"SELECT counter FROM flagmeter.counters"
+	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
+	" AND stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
 static FmStatement lock_stripe0_stmt = {
 	"SELECT counter FROM flagmeter.counters"
 	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
@@ -281,6 +288,19 @@ read_period(const char *tenant, const char *meter, TimestampTz period_start,
 	args[1] = CStringGetTextDatum(meter);
 	args[2] = TimestampTzGetDatum(period_start);
 	fm_execute(&read_period_stmt, args, NULL, read_only, 0);
+	return merge_result_rows();
+}
+
+/* The period's tracked usage: every stripe but consume's. */
+static FmCounter
+read_tracked(const char *tenant, const char *meter, TimestampTz period_start)
+{
+	Datum		args[3];
+
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	args[2] = TimestampTzGetDatum(period_start);
+	fm_execute(&read_tracked_stmt, args, NULL, false, 0);
 	return merge_result_rows();
 }
 
@@ -923,6 +943,7 @@ typedef struct ConsumeItem
 	FmLimit		limit;
 	TimestampTz period_start;
 	TimestampTz period_end;
+	FmCounter	tracked;		/* the other stripes, read before the lock */
 	FmCounter	stripe0;		/* stripe 0 as locked */
 } ConsumeItem;
 
@@ -937,11 +958,13 @@ compare_items_by_meter(const void *a, const void *b)
  * The heart of consume: decide and record all items or none.  Returns the
  * decisions in item order (memory that outlives SPI).
  *
- * Stripe 0 of every item's period is locked, in meter-name order so that
- * concurrent multi-meter consumes cannot deadlock, before the usage is
- * read: in READ COMMITTED the read then sees every consume that committed
- * before us, so a hard limit is never exceeded.  Tracked usage is read as
- * committed; track itself is never refused.
+ * Every consume of a period goes through its stripe 0, which is locked, in
+ * meter-name order so that concurrent multi-meter consumes cannot deadlock;
+ * SELECT ... FOR UPDATE returns its latest committed value, so a hard limit
+ * is never exceeded by consumes.  The other stripes hold tracked usage,
+ * which is read just before the lock, as committed then: track is never
+ * refused and does not serialize with consume, and reading it before the
+ * lock keeps the lock held only for the decision and the write.
  */
 static FmDecision *
 consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
@@ -981,6 +1004,9 @@ consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 		}
 	}
 
+	for (i = 0; i < n; i++)
+		items[i].tracked = read_tracked(tenant, items[i].meter, items[i].period_start);
+
 	order = palloc(sizeof(ConsumeItem *) * n);
 	for (i = 0; i < n; i++)
 		order[i] = &items[i];
@@ -995,9 +1021,9 @@ consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 	afters = palloc(sizeof(FmCounter) * n);
 	for (i = 0; i < n; i++)
 	{
-		FmCounter	current = read_period(tenant, items[i].meter,
-										  items[i].period_start, false);
+		FmCounter	current = items[i].stripe0;
 
+		fm_counter_report(fm_counter_merge(&current, &items[i].tracked));
 		fm_decide(&items[i].limit, &current, items[i].amount, now,
 				  items[i].period_end, true, &decisions[i], NULL);
 		decisions[i].meter = items[i].meter;
@@ -1013,9 +1039,9 @@ consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 	{
 		for (i = 0; i < n; i++)
 		{
-			FmCounter	current = read_period(tenant, items[i].meter,
-											  items[i].period_start, false);
+			FmCounter	current = items[i].stripe0;
 
+			fm_counter_report(fm_counter_merge(&current, &items[i].tracked));
 			fm_decide(&items[i].limit, &current, items[i].amount, now,
 					  items[i].period_end, false, &decisions[i], NULL);
 			decisions[i].meter = items[i].meter;
