@@ -277,31 +277,41 @@ merge_result_rows(void)
 	return total;
 }
 
+/* The arguments (tenant, meter, period_start) of the per-period statements. */
+static void
+period_args(Datum *args, const char *tenant, const char *meter,
+			TimestampTz period_start)
+{
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	args[2] = TimestampTzGetDatum(period_start);
+}
+
+/* The merge of the counter rows a per-period statement returns. */
+static FmCounter
+merged_rows(FmStatement *st, const char *tenant, const char *meter,
+			TimestampTz period_start, bool read_only)
+{
+	Datum		args[3];
+
+	period_args(args, tenant, meter, period_start);
+	fm_execute(st, args, NULL, read_only, 0);
+	return merge_result_rows();
+}
+
 /* The period's usage: merge of all its rows, in the snapshot SPI takes. */
 static FmCounter
 read_period(const char *tenant, const char *meter, TimestampTz period_start,
 			bool read_only)
 {
-	Datum		args[3];
-
-	args[0] = CStringGetTextDatum(tenant);
-	args[1] = CStringGetTextDatum(meter);
-	args[2] = TimestampTzGetDatum(period_start);
-	fm_execute(&read_period_stmt, args, NULL, read_only, 0);
-	return merge_result_rows();
+	return merged_rows(&read_period_stmt, tenant, meter, period_start, read_only);
 }
 
 /* The period's tracked usage: every stripe but consume's. */
 static FmCounter
 read_tracked(const char *tenant, const char *meter, TimestampTz period_start)
 {
-	Datum		args[3];
-
-	args[0] = CStringGetTextDatum(tenant);
-	args[1] = CStringGetTextDatum(meter);
-	args[2] = TimestampTzGetDatum(period_start);
-	fm_execute(&read_tracked_stmt, args, NULL, false, 0);
-	return merge_result_rows();
+	return merged_rows(&read_tracked_stmt, tenant, meter, period_start, false);
 }
 
 /* Lock stripe 0 of the period, creating it first if needed. */
@@ -310,9 +320,7 @@ lock_stripe0(const char *tenant, const char *meter, TimestampTz period_start)
 {
 	Datum		args[3];
 
-	args[0] = CStringGetTextDatum(tenant);
-	args[1] = CStringGetTextDatum(meter);
-	args[2] = TimestampTzGetDatum(period_start);
+	period_args(args, tenant, meter, period_start);
 	fm_execute(&lock_stripe0_stmt, args, NULL, false, 0);
 	if (SPI_processed == 0)
 	{
