@@ -170,14 +170,6 @@ static FmStatement drop_stripes_stmt = {
 	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2ARRAYOID}
 };
 
-static FmStatement add_to_stripe0_stmt = {
-	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)"
-	" VALUES ($1, $2, $3, 0, $4)"
-	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE"
-	" SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter",
-	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, FM_TYPE_COUNTER}
-};
-
 static FmStatement set_stripe0_stmt = {
 	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)"
 	" VALUES ($1, $2, $3, 0, $4)"
@@ -1287,9 +1279,11 @@ compare_void_items(const void *a, const void *b)
 }
 
 /*
- * Take one voided event out of the counters of its period: all stripes of
- * the period are locked (in stripe order) and folded into stripe 0 minus
- * the event, since the event may sit in any stripe.
+ * Take one voided event out of the counters of its period: stripe 0 and
+ * then all stripes of the period are locked (in stripe order) and folded
+ * into stripe 0 minus the event, since the event may sit in any stripe.
+ * A stripe that a concurrent track creates meanwhile is not locked, not
+ * merged and not deleted.
  */
 static void
 void_in_counters(const char *tenant, const VoidItem *item)
@@ -1300,14 +1294,18 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	FmCounter	total;
 	Datum		args[4];
 	ArrayType  *locked;
-	bool		stripe0_locked = false;
 
 	fm_load_limit(tenant, item->meter, false, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, item->occurred_at,
 					 &period_start, &period_end);
-	args[0] = CStringGetTextDatum(tenant);
-	args[1] = CStringGetTextDatum(item->meter);
-	args[2] = TimestampTzGetDatum(period_start);
+
+	/*
+	 * Stripe 0 first: another void (or a consume) of the period holds it
+	 * until it commits, so the rows read next, in a snapshot taken after
+	 * the lock, already show what that one moved or deleted.
+	 */
+	lock_stripe0(tenant, item->meter, period_start);
+	period_args(args, tenant, item->meter, period_start);
 	fm_execute(&lock_period_stmt, args, NULL, false, 0);
 	total = merge_result_rows();
 	{
@@ -1316,12 +1314,8 @@ void_in_counters(const char *tenant, const VoidItem *item)
 		bool		isnull;
 
 		for (i = 0; i < SPI_processed; i++)
-		{
 			stripes[i] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 									   2, &isnull);
-			if (DatumGetInt16(stripes[i]) == 0)
-				stripe0_locked = true;
-		}
 		locked = construct_array(stripes, (int) SPI_processed, INT2OID, 2, true,
 								 TYPALIGN_SHORT);
 	}
@@ -1336,15 +1330,8 @@ void_in_counters(const char *tenant, const VoidItem *item)
 
 	args[3] = PointerGetDatum(locked);
 	fm_execute(&drop_stripes_stmt, args, NULL, false, 0);
-
-	/*
-	 * Into stripe 0: replacing it when it was locked and merged; otherwise
-	 * a concurrent consume may have created it since, and its content is
-	 * not in the total, so add to it.
-	 */
 	args[3] = FmCounterPGetDatum(&total);
-	fm_execute(stripe0_locked ? &set_stripe0_stmt : &add_to_stripe0_stmt,
-			   args, NULL, false, 0);
+	fm_execute(&set_stripe0_stmt, args, NULL, false, 0);
 
 	/* back under a hard limit: unblocked, if it was blocked */
 	if (limit.limited && limit.hard &&
