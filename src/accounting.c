@@ -39,7 +39,7 @@
 #include "statements.h"
 
 /* flagmeter.stripes: how many counter rows track spreads a period over */
-static int	fm_stripes = 16;
+static int	fm_stripes = 32;
 
 /* Most meters one multi-meter consume may name (documented). */
 #define FM_MAX_METERS_PER_CONSUME 64
@@ -222,7 +222,7 @@ fm_accounting_init(void)
 							gettext_noop("Concurrent track calls of one tenant write different rows when they "
 										 "run in backends with different stripes; reads merge all rows."),
 							&fm_stripes,
-							16, 1, 1024,
+							32, 1, 1024,
 							PGC_USERSET, 0,
 							NULL, NULL, NULL);
 }
