@@ -78,10 +78,22 @@ static FmStatement read_period_stmt = {
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
-static FmStatement read_tracked_stmt = {
-	"SELECT counter FROM flagmeter.counters"
-	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
-	" AND stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2",
+/*
+ * consume's read: stripe 0 locked (its latest committed value), and the
+ * other stripes (tracked usage) as the statement's snapshot saw them before
+ * any wait for the lock.  The first column says which is which.
+ */
+static FmStatement lock_for_consume_stmt = {
+	"WITH locked AS ("
+	"  SELECT counter FROM flagmeter.counters"
+	"  WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
+	"  AND stripe" EQ "0::pg_catalog.int2 FOR UPDATE"
+	")"
+	" SELECT true, counter FROM locked"
+	" UNION ALL"
+	" SELECT false, o.counter FROM flagmeter.counters o"
+	" WHERE o.tenant" EQ "$1 AND o.meter" EQ "$2 AND o.period_start" EQ "$3"
+	" AND o.stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
@@ -299,11 +311,46 @@ read_period(const char *tenant, const char *meter, TimestampTz period_start,
 	return merged_rows(&read_period_stmt, tenant, meter, period_start, read_only);
 }
 
-/* The period's tracked usage: every stripe but consume's. */
-static FmCounter
-read_tracked(const char *tenant, const char *meter, TimestampTz period_start)
+/*
+ * Lock stripe 0 of the period for consume (creating it first if needed)
+ * and read it and the tracked usage, in one statement.
+ */
+static void
+lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start,
+				 FmCounter *stripe0, FmCounter *tracked)
 {
-	return merged_rows(&read_tracked_stmt, tenant, meter, period_start, false);
+	Datum		args[3];
+	bool		found = false;
+	bool		isnull;
+	uint64		i;
+
+	period_args(args, tenant, meter, period_start);
+	fm_execute(&lock_for_consume_stmt, args, NULL, false, 0);
+	for (i = 0; i < SPI_processed && !found; i++)
+		found = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+										   1, &isnull));
+	if (!found)
+	{
+		fm_execute(&create_stripe0_stmt, args, NULL, false, 0);
+		fm_execute(&lock_for_consume_stmt, args, NULL, false, 0);
+	}
+
+	*stripe0 = empty_counter();
+	*tracked = empty_counter();
+	found = false;
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		is_stripe0 = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc, 1, &isnull));
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
+
+		fm_counter_report(fm_counter_merge(is_stripe0 ? stripe0 : tracked,
+										   DatumGetFmCounterP(d)));
+		found = found || is_stripe0;
+	}
+	if (!found)
+		elog(ERROR, "could not lock the counter of tenant \"%s\" meter \"%s\"",
+			 tenant, meter);
 }
 
 /* Lock stripe 0 of the period, creating it first if needed. */
@@ -322,12 +369,6 @@ lock_stripe0(const char *tenant, const char *meter, TimestampTz period_start)
 			elog(ERROR, "could not lock the counter of tenant \"%s\" meter \"%s\"",
 				 tenant, meter);
 	}
-}
-
-static FmCounter
-stripe0_counter(void)
-{
-	return merge_result_rows();
 }
 
 /*
@@ -943,7 +984,7 @@ typedef struct ConsumeItem
 	FmLimit		limit;
 	TimestampTz period_start;
 	TimestampTz period_end;
-	FmCounter	tracked;		/* the other stripes, read before the lock */
+	FmCounter	tracked;		/* the other stripes, as seen before the lock */
 	FmCounter	stripe0;		/* stripe 0 as locked */
 } ConsumeItem;
 
@@ -1004,18 +1045,13 @@ consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 		}
 	}
 
-	for (i = 0; i < n; i++)
-		items[i].tracked = read_tracked(tenant, items[i].meter, items[i].period_start);
-
 	order = palloc(sizeof(ConsumeItem *) * n);
 	for (i = 0; i < n; i++)
 		order[i] = &items[i];
 	qsort(order, n, sizeof(ConsumeItem *), compare_items_by_meter);
 	for (i = 0; i < n; i++)
-	{
-		lock_stripe0(tenant, order[i]->meter, order[i]->period_start);
-		order[i]->stripe0 = stripe0_counter();
-	}
+		lock_for_consume(tenant, order[i]->meter, order[i]->period_start,
+						 &order[i]->stripe0, &order[i]->tracked);
 
 	decisions = SPI_palloc(sizeof(FmDecision) * n);
 	afters = palloc(sizeof(FmCounter) * n);
