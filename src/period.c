@@ -83,14 +83,6 @@ fm_period_kind_from_name(const char *name)
 	pg_unreachable();
 }
 
-const char *
-fm_period_kind_name(FmPeriodKind kind)
-{
-	if ((int) kind < 0 || (int) kind >= (int) lengthof(fm_period_names))
-		elog(ERROR, "unrecognized period kind: %d", (int) kind);
-	return fm_period_names[kind];
-}
-
 pg_tz *
 fm_lookup_timezone(const char *name)
 {

@@ -32,9 +32,6 @@ typedef enum FmPeriodKind
  */
 extern FmPeriodKind fm_period_kind_from_name(const char *name);
 
-/* The SQL name of kind, a static string. */
-extern const char *fm_period_kind_name(FmPeriodKind kind);
-
 /*
  * The time zone called name, as pg_tzset() knows it (IANA names, case
  * insensitive; POSIX zone specifications).  Unknown, empty, overlong and
