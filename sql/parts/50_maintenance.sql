@@ -220,7 +220,7 @@ BEGIN
 	LOOP
 		CONTINUE WHEN part.day + interval '1 day' > cutoff;
 		EXECUTE format('SELECT EXISTS (SELECT FROM %s WHERE xid >= $1)', part.rel)
-			INTO unfolded USING folded_through;
+			INTO unfolded USING flagmeter.xid_int(folded_through);
 		CONTINUE WHEN unfolded;
 		BEGIN
 			PERFORM set_config('lock_timeout', '50ms', true);
@@ -232,7 +232,7 @@ BEGIN
 		END;
 	END LOOP;
 	-- events that went to the default partition age out row by row
-	DELETE FROM flagmeter.events_default d WHERE d.recorded_at < cutoff AND d.xid < folded_through;
+	DELETE FROM flagmeter.events_default d WHERE d.recorded_at < cutoff AND d.xid < flagmeter.xid_int(folded_through);
 	RETURN dropped;
 END $$;
 COMMENT ON FUNCTION flagmeter.drop_expired_partitions(xid8) IS
@@ -250,7 +250,7 @@ BEGIN
 		SELECT e.tenant, e.meter, date_trunc('hour', e.occurred_at, 'UTC') AS hour,
 		       flagmeter.quota_counter_agg(e.amount, e.occurred_at) AS counter
 		FROM flagmeter.events e
-		WHERE e.xid >= low AND e.xid < high
+		WHERE e.xid >= flagmeter.xid_int(low) AND e.xid < flagmeter.xid_int(high)
 		GROUP BY 1, 2, 3
 	), hours AS (
 		INSERT INTO flagmeter.rollup_hour AS r (tenant, meter, bucket_start, counter)
@@ -291,6 +291,42 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION flagmeter.fold_band(xid8, xid8) IS
 'folds the events and voids of the transactions with ids in [low, high) into rollup_hour and rollup_day';
+
+-- Summarizes the page ranges of the events' xid (BRIN) indexes that have no
+-- summary yet, so that the next fold reads only the pages written after this
+-- run rather than every page since autovacuum last summarized (autosummarize
+-- asks autovacuum to, but it gets there when it gets there).  An index whose
+-- table is busy (VACUUM, ANALYZE, CREATE INDEX) is left for the next run.
+CREATE FUNCTION flagmeter.summarize_event_partitions()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	idx regclass;
+	ranges integer := 0;
+	saved_timeout text := current_setting('lock_timeout');
+BEGIN
+	FOR idx IN
+		SELECT i.indexrelid::regclass
+		FROM pg_inherits h
+		JOIN pg_index i ON i.indrelid = h.inhrelid
+		JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE h.inhparent = 'flagmeter.events'::regclass
+		  AND c.relam = (SELECT a.oid FROM pg_am a WHERE a.amname = 'brin')
+	LOOP
+		BEGIN
+			PERFORM set_config('lock_timeout', '50ms', true);
+			ranges := ranges + brin_summarize_new_values(idx);
+			PERFORM set_config('lock_timeout', saved_timeout, true);
+		EXCEPTION WHEN lock_not_available THEN
+			NULL;
+		END;
+	END LOOP;
+	RETURN ranges;
+END $$;
+COMMENT ON FUNCTION flagmeter.summarize_event_partitions() IS
+'summarizes the new page ranges of the events'' xid indexes (maintain() calls it after folding); returns how many';
 
 -- Merges the stripes of periods that have ended (more than a minute ago)
 -- into one row each.  Open periods are left alone: their stripes are what
@@ -383,6 +419,7 @@ BEGIN
 	DELETE FROM flagmeter.voids v WHERE v.voided_at < cutoff AND v.xid < high;
 
 	periods_compacted := flagmeter.compact_counters();
+	PERFORM flagmeter.summarize_event_partitions();
 
 	-- Tenants blocked in periods that have ended are unblocked, and app
 	-- instances that missed notifications (queue too full) are told to
@@ -494,7 +531,7 @@ BEGIN
 	FROM flagmeter.fold_band(low, '18446744073709551615'::xid8) f;
 
 	-- below this cluster's xmin, so that no copied row looks unfolded
-	UPDATE flagmeter.events e SET xid = '0' WHERE e.xid <> '0';
+	UPDATE flagmeter.events e SET xid = 0 WHERE e.xid <> 0;
 	GET DIAGNOSTICS rows_renumbered = ROW_COUNT;
 	UPDATE flagmeter.voids v SET xid = '0' WHERE v.xid <> '0';
 	GET DIAGNOSTICS n = ROW_COUNT;

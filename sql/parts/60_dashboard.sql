@@ -126,7 +126,7 @@ BEGIN
 		FROM flagmeter.events e
 		WHERE e.tenant = usage_series.tenant AND e.meter = usage_series.meter
 		  AND e.occurred_at >= first_bucket AND e.occurred_at < "to"
-		  AND e.xid >= watermark
+		  AND e.xid >= flagmeter.xid_int(watermark)
 	), pending_voids AS (
 		SELECT date_trunc(bucket, v.occurred_at, timezone) AS b, sum(v.amount)::bigint AS amount, count(*) AS n
 		FROM flagmeter.voids v

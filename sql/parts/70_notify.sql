@@ -178,7 +178,7 @@ COMMENT ON FUNCTION flagmeter.invalidate() IS
 'trigger for app tables: AFTER INSERT OR UPDATE OR DELETE (OR TRUNCATE), per row or per statement (with transition tables for keys); arguments name the key columns (default: the primary key); one notification per table per transaction at commit';
 
 CREATE VIEW flagmeter.stats AS
-SELECT (SELECT count(*) FROM flagmeter.events e WHERE e.xid >= m.folded_through) AS pending_events,
+SELECT (SELECT count(*) FROM flagmeter.events e WHERE e.xid >= flagmeter.xid_int(m.folded_through)) AS pending_events,
        (SELECT count(*) FROM flagmeter.voids v WHERE v.xid >= m.folded_through) AS pending_voids,
        m.folded_through,
        m.runs,

@@ -114,6 +114,7 @@ REVOKE ALL ON FUNCTION flagmeter.review_blocks(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.maintain() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.fold_band(xid8, xid8) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.compact_counters() FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.summarize_event_partitions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.create_partitions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_expired_partitions(xid8) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.send_resync_hint() FROM PUBLIC;
