@@ -20,7 +20,9 @@
 #include "funcapi.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "common/int.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -29,6 +31,7 @@
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
+#include "utils/xid8.h"
 
 #include "accounting.h"
 #include "compat.h"
@@ -50,30 +53,85 @@ static int	fm_stripes = 32;
  * Statements
  * ---------------------------------------------------------------------
  */
-/* track: the event, the stripe's increment, and the period's rows */
-static FmStatement track_stmt = {
-	"WITH event AS ("
-	"  INSERT INTO flagmeter.events"
-	"   (tenant, meter, amount, occurred_at, recorded_at, idempotency_key)"
-	"  VALUES ($1, $2, $3, $4, $5, $6)"
-	"), stripe AS ("
-	"  INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)"
-	"  VALUES ($1, $2, $7, $8, $9)"
-	"  ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE"
-	"  SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter"
-	"  RETURNING c.counter"
-	")"
-	" SELECT counter FROM stripe"
-	" UNION ALL"
-	" SELECT o.counter FROM flagmeter.counters o"
-	" WHERE o.tenant" EQ "$1 AND o.meter" EQ "$2 AND o.period_start" EQ "$7"
-	" AND o.stripe OPERATOR(pg_catalog.<>) $8",
-	9, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID,
+/*
+ * track's statements.  In READ COMMITTED, track adds to the first stripe of
+ * the period that no other transaction holds, looking from this backend's
+ * own stripe upwards and then from stripe 1: writers of one tenant never
+ * queue behind each other, and a tenant gets about as many stripes as it
+ * has concurrent writers, not one per backend that ever wrote it (fewer
+ * rows to insert and to merge on every read).  When every stripe is held
+ * (or there is none yet) it adds to this backend's own stripe, creating it.
+ * REPEATABLE READ and SERIALIZABLE always take the backend's own stripe: a
+ * row another backend updated since the snapshot would fail them with
+ * 40001, and the own stripe is the one row only this backend updates.
+ *
+ * Each returns (stripe, counter, recheck_at, recheck_for) of the row written.
+ */
+#define TRACK_EVENT_CTE \
+	"WITH event AS (" \
+	"  INSERT INTO flagmeter.events" \
+	"   (tenant, meter, amount, occurred_at, recorded_at, idempotency_key)" \
+	"  VALUES ($1, $2, $3, $4, $5, $6)" \
+	") "
+#define TRACK_STRIPE_KEY(alias) \
+	" " alias ".tenant" EQ "$1 AND " alias ".meter" EQ "$2" \
+	" AND " alias ".period_start" EQ "$7"
+#define ADD_TO_OWN_STRIPE \
+	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)" \
+	" VALUES ($1, $2, $7, $8, $9)" \
+	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE" \
+	" SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter" \
+	" RETURNING c.stripe, c.counter, c.recheck_at, c.recheck_for"
+#define TRACK_ARGTYPES \
+	{TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, \
 	TIMESTAMPTZOID, INT2OID, FM_TYPE_COUNTER}
+
+/* READ COMMITTED: the event, and the first free stripe's increment */
+static FmStatement track_free_stripe_stmt = {
+	TRACK_EVENT_CTE
+	", free AS ("
+	"  SELECT up.stripe FROM ("
+	"   SELECT s.stripe FROM flagmeter.counters s WHERE" TRACK_STRIPE_KEY("s")
+	"   AND s.stripe OPERATOR(pg_catalog.>=) $8"
+	"   ORDER BY s.stripe LIMIT 1 FOR UPDATE SKIP LOCKED) up"
+	"  UNION ALL"	/* run only when the first finds nothing */
+	"  SELECT low.stripe FROM ("
+	"   SELECT s.stripe FROM flagmeter.counters s WHERE" TRACK_STRIPE_KEY("s")
+	"   AND s.stripe OPERATOR(pg_catalog.>) 0::pg_catalog.int2"
+	"   AND s.stripe OPERATOR(pg_catalog.<) $8"
+	"   ORDER BY s.stripe LIMIT 1 FOR UPDATE SKIP LOCKED) low"
+	"  LIMIT 1"
+	")"
+	" UPDATE flagmeter.counters c"
+	" SET counter = c.counter OPERATOR(flagmeter.+) $9"
+	" FROM free WHERE" TRACK_STRIPE_KEY("c") " AND c.stripe" EQ "free.stripe"
+	" RETURNING c.stripe, c.counter, c.recheck_at, c.recheck_for",
+	9, TRACK_ARGTYPES
 };
 
+/* READ COMMITTED, no free stripe: the increment of the backend's own */
+static FmStatement track_own_stripe_stmt = {
+	ADD_TO_OWN_STRIPE,
+	9, TRACK_ARGTYPES
+};
+
+/* REPEATABLE READ and SERIALIZABLE: the event and the own stripe's increment */
+static FmStatement track_event_own_stripe_stmt = {
+	TRACK_EVENT_CTE ADD_TO_OWN_STRIPE,
+	9, TRACK_ARGTYPES
+};
+
+/* when the stripe's own usage reaches recheck_at, track reads the period */
+static FmStatement set_recheck_stmt = {
+	"UPDATE flagmeter.counters SET recheck_at = $5, recheck_for = $6"
+	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
+	" AND stripe" EQ "$4",
+	6, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2OID, INT8OID, INT4OID}
+};
+
+/* the period's rows: (counter, stripe) */
 static FmStatement read_period_stmt = {
-	"SELECT counter FROM flagmeter.counters"
+	"SELECT counter, stripe FROM flagmeter.counters"
 	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
@@ -163,9 +221,10 @@ static FmStatement log_void_stmt = {
 	6, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID}
 };
 
-static FmStatement lock_period_stmt = {
+static FmStatement lock_track_stripes_stmt = {
 	"SELECT counter, stripe FROM flagmeter.counters"
 	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
+	" AND stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2"
 	" ORDER BY stripe FOR UPDATE",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
@@ -225,6 +284,21 @@ static FmStatement add_to_stripes_batch_stmt = {
  * Helpers
  * ---------------------------------------------------------------------
  */
+
+/*
+ * xid_int(xid8) -> bigint: a transaction id as flagmeter.events.xid stores
+ * it.  FullTransactionIds stay far below 2^63 (the epoch would have to pass
+ * 2^31); the largest xid8 maps to the largest bigint, so that "up to the
+ * end" bounds keep their meaning.
+ */
+PG_FUNCTION_INFO_V1(fm_xid_int);
+Datum
+fm_xid_int(PG_FUNCTION_ARGS)
+{
+	uint64		xid = U64FromFullTransactionId(PG_GETARG_FULLTRANSACTIONID(0));
+
+	PG_RETURN_INT64(xid > (uint64) PG_INT64_MAX ? PG_INT64_MAX : (int64) xid);
+}
 
 void
 fm_accounting_init(void)
@@ -526,6 +600,114 @@ key_used_by_track(const char *tenant, const char *key)
  * ---------------------------------------------------------------------
  */
 
+/* The row a track statement wrote (its RETURNING list). */
+typedef struct StripeWritten
+{
+	int16		stripe;
+	FmCounter	counter;		/* after the increment */
+	bool		has_recheck;
+	int64		recheck_at;
+	int32		recheck_for;
+} StripeWritten;
+
+static StripeWritten
+stripe_written(void)
+{
+	HeapTuple	row = SPI_tuptable->vals[0];
+	TupleDesc	desc = SPI_tuptable->tupdesc;
+	StripeWritten w;
+	bool		null_at;
+	bool		null_for;
+	bool		isnull;
+
+	w.stripe = DatumGetInt16(SPI_getbinval(row, desc, 1, &isnull));
+	w.counter = *DatumGetFmCounterP(SPI_getbinval(row, desc, 2, &isnull));
+	w.recheck_at = DatumGetInt64(SPI_getbinval(row, desc, 3, &null_at));
+	w.recheck_for = DatumGetInt32(SPI_getbinval(row, desc, 4, &null_for));
+	w.has_recheck = !null_at && !null_for;
+	return w;
+}
+
+/*
+ * After track added to a stripe: queue what the period's new usage reaches
+ * (thresholds, blocked), reading the whole period only when it may have
+ * reached something.
+ *
+ * Reading every stripe on every track would cost as much as the rest of
+ * the call.  Instead a stripe carries recheck_at, a figure of its own
+ * usage: the track that takes the stripe to it reads the period.  A read
+ * that finds usage S, with L the next level to announce (the next
+ * threshold, the hard quota, or the end of the bigint range, so overflow
+ * is still caught) and n track stripes, lets the stripe grow by (L - S) / n
+ * before the next read.  With one writer at a time this is exact: the
+ * track that reaches L reads and announces it.  With concurrent writers
+ * the other stripes' figures were worked out from earlier reads, so the
+ * crossing is announced by the first track that passes its stripe's
+ * figure after it: later by at most the stripes' unspent allowances, which
+ * shrink as usage nears a level (README, "Alerts from track").  Reads get
+ * rarer the further usage is from every level: a tenant far below its
+ * quota reads about n times per halving of the distance.
+ *
+ * max: the period's max is the greatest of its stripes', so the stripe
+ * itself shows what this event reached.  latest: the period's latest may
+ * be in another stripe, so every track reads.
+ */
+static void
+announce_after_track(const char *tenant, const char *meter, const FmLimit *limit,
+					 TimestampTz period_start, const StripeWritten *written)
+{
+	int64		own = fm_used_of(&written->counter, limit->aggregation);
+	FmCounter	total;
+	int64		used;
+	int64		next;
+	int64		recheck_at;
+	int			nstripes = 0;
+	Datum		args[6];
+	uint64		i;
+
+	if (limit->aggregation == FM_AGG_MAX)
+	{
+		announce_usage_level(tenant, meter, limit, period_start, &written->counter);
+		return;
+	}
+	if (limit->aggregation != FM_AGG_LATEST && written->has_recheck &&
+		written->recheck_for == limit->fingerprint && own < written->recheck_at)
+		return;
+
+	total = read_period(tenant, meter, period_start, false);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		if (DatumGetInt16(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+										2, &isnull)) != 0)
+			nstripes++;
+	}
+	announce_usage_level(tenant, meter, limit, period_start, &total);
+	if (limit->aggregation == FM_AGG_LATEST)
+		return;
+
+	used = fm_used_of(&total, limit->aggregation);
+	next = limit->limited ?
+		fm_next_usage_level(used, limit->quota, limit->hard,
+							limit->thresholds, limit->nthresholds) :
+		PG_INT64_MAX;
+	if (next <= used)
+		recheck_at = 0;			/* every track looks: own >= 0 */
+	else if (pg_add_s64_overflow(own, Max((next - used) / Max(nstripes, 1), 1),
+								 &recheck_at))
+		recheck_at = PG_INT64_MAX;
+	if (written->has_recheck && written->recheck_at == recheck_at &&
+		written->recheck_for == limit->fingerprint)
+		return;
+
+	period_args(args, tenant, meter, period_start);
+	args[3] = Int16GetDatum(written->stripe);
+	args[4] = Int64GetDatum(recheck_at);
+	args[5] = Int32GetDatum(limit->fingerprint);
+	fm_execute(&set_recheck_stmt, args, NULL, false, 0);
+}
+
 /*
  * track(tenant, meter, amount, occurred_at, idempotency_key) -> boolean
  *
@@ -548,7 +730,7 @@ fm_track(PG_FUNCTION_ARGS)
 	TimestampTz period_start;
 	TimestampTz period_end;
 	FmCounter	delta;
-	FmCounter	total;
+	StripeWritten written;
 	Datum		args[9];
 
 	if (PG_ARGISNULL(2))
@@ -578,11 +760,9 @@ fm_track(PG_FUNCTION_ARGS)
 	}
 
 	/*
-	 * One statement: the raw event, the increment of this backend's stripe,
-	 * and the period's total (the new stripe plus the others as of the
-	 * statement's snapshot).  Merging the total raises 22003, rolling the
-	 * event back, when this event would make the period's usage overflow;
-	 * the total also says whether a threshold is reached.
+	 * One statement (two when no stripe is free): the raw event and the
+	 * stripe's increment.  A stripe whose usage would overflow raises 22003
+	 * and rolls the event back; so does the period's total when it is read.
 	 */
 	delta = empty_counter();
 	fm_counter_report(fm_counter_add_event(&delta, amount, occurred_at));
@@ -595,9 +775,21 @@ fm_track(PG_FUNCTION_ARGS)
 	args[6] = TimestampTzGetDatum(period_start);
 	args[7] = Int16GetDatum(my_stripe());
 	args[8] = FmCounterPGetDatum(&delta);
-	fm_execute(&track_stmt, args, key ? NULL : "     n   ", false, 0);
-	total = merge_result_rows();
-	announce_usage_level(tenant, meter, &limit, period_start, &total);
+	if (IsolationUsesXactSnapshot())
+		fm_execute(&track_event_own_stripe_stmt, args, key ? NULL : "     n   ",
+				   false, 0);
+	else
+	{
+		fm_execute(&track_free_stripe_stmt, args, key ? NULL : "     n   ",
+				   false, 0);
+		if (SPI_processed == 0)
+			fm_execute(&track_own_stripe_stmt, args, NULL, false, 0);
+	}
+	if (SPI_processed != 1)
+		elog(ERROR, "track wrote " UINT64_FORMAT " counter rows of tenant \"%s\" meter \"%s\"",
+			 (uint64) SPI_processed, tenant, meter);
+	written = stripe_written();
+	announce_after_track(tenant, meter, &limit, period_start, &written);
 
 	SPI_finish();
 	PG_RETURN_BOOL(true);
@@ -1315,11 +1507,18 @@ compare_void_items(const void *a, const void *b)
 }
 
 /*
- * Take one voided event out of the counters of its period: stripe 0 and
- * then all stripes of the period are locked (in stripe order) and folded
- * into stripe 0 minus the event, since the event may sit in any stripe.
- * A stripe that a concurrent track creates meanwhile is not locked, not
- * merged and not deleted.
+ * Take one voided event out of the counters of its period: the track
+ * stripes and then stripe 0 are locked and folded into stripe 0 minus the
+ * event, since the event may sit in any stripe.  A stripe that a
+ * concurrent track creates meanwhile is not locked, not merged and not
+ * deleted.
+ *
+ * Track stripes before stripe 0: a transaction that tracked (holding a
+ * stripe it picked, possibly one that existed before) and then voids
+ * would otherwise deadlock with a void that holds stripe 0 and waits for
+ * that stripe.  Two voids still serialize, on the first stripe: the
+ * second, once the first commits, finds the stripes it waited for deleted
+ * (a locking read skips them) and stripe 0 holding their merge.
  */
 static void
 void_in_counters(const char *tenant, const VoidItem *item)
@@ -1335,14 +1534,8 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, item->occurred_at,
 					 &period_start, &period_end);
 
-	/*
-	 * Stripe 0 first: another void (or a consume) of the period holds it
-	 * until it commits, so the rows read next, in a snapshot taken after
-	 * the lock, already show what that one moved or deleted.
-	 */
-	lock_stripe0(tenant, item->meter, period_start);
 	period_args(args, tenant, item->meter, period_start);
-	fm_execute(&lock_period_stmt, args, NULL, false, 0);
+	fm_execute(&lock_track_stripes_stmt, args, NULL, false, 0);
 	total = merge_result_rows();
 	{
 		Datum	   *stripes = palloc(sizeof(Datum) * Max(SPI_processed, 1));
@@ -1354,6 +1547,12 @@ void_in_counters(const char *tenant, const VoidItem *item)
 									   2, &isnull);
 		locked = construct_array(stripes, (int) SPI_processed, INT2OID, 2, true,
 								 TYPALIGN_SHORT);
+	}
+	lock_stripe0(tenant, item->meter, period_start);
+	{
+		FmCounter	stripe0 = merge_result_rows();
+
+		fm_counter_report(fm_counter_merge(&total, &stripe0));
 	}
 
 	/*

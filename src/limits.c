@@ -9,6 +9,7 @@
 
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "mb/pg_wchar.h"
 #include "utils/array.h"
@@ -169,6 +170,31 @@ fm_config_changed(PG_FUNCTION_ARGS)
 	return PointerGetDatum(NULL);
 }
 
+/* A hash of the fields the announcements of a usage level depend on. */
+static int32
+limit_fingerprint(const FmLimit *limit)
+{
+	struct
+	{
+		int64		quota;
+		int32		aggregation;
+		int32		nthresholds;
+		bool		limited;
+		bool		hard;
+		int			thresholds[FM_MAX_THRESHOLDS];
+	}			fields;
+
+	memset(&fields, 0, sizeof(fields));		/* padding too */
+	fields.quota = limit->quota;
+	fields.aggregation = (int32) limit->aggregation;
+	fields.nthresholds = limit->nthresholds;
+	fields.limited = limit->limited;
+	fields.hard = limit->hard;
+	memcpy(fields.thresholds, limit->thresholds,
+		   limit->nthresholds * sizeof(int));
+	return (int32) hash_bytes((const unsigned char *) &fields, sizeof(fields));
+}
+
 static void
 load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 						FmLimit *limit)
@@ -221,6 +247,7 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 			limit->thresholds[i] = DatumGetInt32(elems[i]);
 	}
 
+	limit->fingerprint = limit_fingerprint(limit);
 	limit->anchor = DatumGetTimestampTz(SPI_getbinval(row, desc, 6, &isnull));
 	limit->tz = fm_lookup_timezone(TextDatumGetCString(SPI_getbinval(row, desc, 7, &isnull)));
 }

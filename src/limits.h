@@ -35,6 +35,9 @@ typedef struct FmLimit
 	pg_tz	   *tz;
 	int			nthresholds;
 	int			thresholds[FM_MAX_THRESHOLDS];	/* percentages, ascending */
+	int32		fingerprint;	/* of what decides the announcements: track
+								 * re-reads a period whose recheck figure was
+								 * worked out for another one */
 } FmLimit;
 
 /* The decision of consume and check (the SQL type flagmeter.decision). */

@@ -269,6 +269,44 @@ reached(int64 used, int64 quota, int percent)
 	return used100 >= scaled;
 }
 
+/* The least usage that reaches percent of quota (see reached()). */
+static int64
+threshold_level(int64 quota, int percent)
+{
+	int64		scaled;
+	int64		level;
+
+	if (pg_mul_s64_overflow(quota, percent, &scaled))
+		return PG_INT64_MAX;	/* reached() only by usage*100 overflowing */
+	level = scaled / 100 + (scaled % 100 > 0 ? 1 : 0);
+	/* usage * 100 overflowing counts as reached, too */
+	return Min(level, PG_INT64_MAX / 100 + 1);
+}
+
+int64
+fm_next_usage_level(int64 used, int64 quota, bool hard,
+					const int *thresholds, int nthresholds)
+{
+	int64		next = PG_INT64_MAX;
+	int			i;
+
+	if (hard && used >= quota)
+		return used;
+	if (hard)
+		next = quota;
+	for (i = 0; i < nthresholds; i++)
+	{
+		int64		level = threshold_level(quota, thresholds[i]);
+
+		if (level > used)
+		{
+			next = Min(next, level);
+			break;				/* ascending */
+		}
+	}
+	return next;
+}
+
 void
 fm_queue_usage_level(const char *tenant, const char *meter,
 					 TimestampTz period_start, int64 used, int64 quota,

@@ -62,6 +62,16 @@ extern void fm_queue_usage_level(const char *tenant, const char *meter,
 								 const int *thresholds, int nthresholds);
 
 /*
+ * The least usage above used at which fm_queue_usage_level would queue
+ * something it does not queue at used: the next threshold or the hard
+ * quota.  used itself when every call at this level must look again (at or
+ * past a hard quota: blocked is a state another session may clear), and
+ * PG_INT64_MAX when nothing is left to reach.
+ */
+extern int64 fm_next_usage_level(int64 used, int64 quota, bool hard,
+								 const int *thresholds, int nthresholds);
+
+/*
  * Queue an invalidation of table relid: op is "insert", "update", "delete"
  * or "truncate"; key_json a JSON object naming the changed row's key, or
  * NULL for "the whole table changed".

@@ -36,11 +36,11 @@ COMMENT ON TYPE flagmeter.decision IS
 -- A transaction id as stored in flagmeter.events.xid.  FullTransactionIds
 -- stay far below 2^63 (the epoch would have to pass 2^31); the largest xid8
 -- maps to the largest bigint so that "up to the end" bounds keep working.
+-- In C: it is the default of every event row, and a SQL function there is
+-- run through the SQL-function executor, not inlined.
 CREATE FUNCTION flagmeter.xid_int(x xid8) RETURNS bigint
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN CASE WHEN x OPERATOR(pg_catalog.>) '9223372036854775807'::pg_catalog.xid8
-	THEN 9223372036854775807
-	ELSE x::pg_catalog.text::pg_catalog.int8 END;
+AS 'MODULE_PATHNAME', 'fm_xid_int'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION flagmeter.xid_int(xid8) IS
 'a transaction id as the bigint flagmeter.events.xid stores';
 
@@ -108,10 +108,17 @@ CREATE TABLE flagmeter.counters (
 	period_start	timestamptz NOT NULL,
 	stripe			smallint NOT NULL,
 	counter			flagmeter.quota_counter NOT NULL,
+	-- track's stripes only: when this row's own usage reaches recheck_at,
+	-- track reads the whole period again to see whether a threshold, the
+	-- quota or the bigint range is reached; recheck_for fingerprints the
+	-- limit that figure was worked out for (a changed limit: read again).
+	-- NULL: read on the next track.  See fm_track in src/accounting.c.
+	recheck_at		bigint,
+	recheck_for		integer,
 	PRIMARY KEY (tenant, meter, period_start, stripe)
 ) WITH (fillfactor = 50);	-- room for HOT updates of the same row
 COMMENT ON TABLE flagmeter.counters IS
-'usage per tenant, meter and period, in stripes merged on read; stripe 0 is consume''s, 1..N track''s';
+'usage per tenant, meter and period, in stripes merged on read; stripe 0 is consume''s, the others track''s; recheck_at/recheck_for say when track must next read the whole period';
 
 CREATE TABLE flagmeter.event_keys (
 	tenant			text NOT NULL,
