@@ -11,6 +11,7 @@ OBJS = \
 	src/flagmeter.o \
 	src/counter_core.o \
 	src/counter.o \
+	src/counters_scan.o \
 	src/period.o \
 	src/statements.o \
 	src/limits.o \

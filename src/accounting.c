@@ -36,6 +36,7 @@
 #include "accounting.h"
 #include "compat.h"
 #include "counter.h"
+#include "counters_scan.h"
 #include "limits.h"
 #include "notify.h"
 #include "period.h"
@@ -377,12 +378,14 @@ merged_rows(FmStatement *st, const char *tenant, const char *meter,
 	return merge_result_rows();
 }
 
-/* The period's usage: merge of all its rows, in the snapshot SPI takes. */
+/*
+ * The period's usage: merge of all its rows, in a fresh snapshot that
+ * includes this transaction's writes; the rows stay in SPI_tuptable.
+ */
 static FmCounter
-read_period(const char *tenant, const char *meter, TimestampTz period_start,
-			bool read_only)
+read_period(const char *tenant, const char *meter, TimestampTz period_start)
 {
-	return merged_rows(&read_period_stmt, tenant, meter, period_start, read_only);
+	return merged_rows(&read_period_stmt, tenant, meter, period_start, false);
 }
 
 /*
@@ -674,7 +677,7 @@ announce_after_track(const char *tenant, const char *meter, const FmLimit *limit
 		written->recheck_for == limit->fingerprint && own < written->recheck_at)
 		return;
 
-	total = read_period(tenant, meter, period_start, false);
+	total = read_period(tenant, meter, period_start);
 	for (i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
@@ -1441,12 +1444,10 @@ fm_check(PG_FUNCTION_ARGS)
 		elog(ERROR, "check must return flagmeter.decision");
 	desc = BlessTupleDesc(desc);
 
-	SPI_connect();
 	fm_load_limit(tenant, meter, true, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, now,
 					 &period_start, &period_end);
-	current = read_period(tenant, meter, period_start, true);
-	SPI_finish();
+	current = fm_scan_period(tenant, meter, period_start);
 
 	fm_decide(&limit, &current, amount, now, period_end, false, &decision, NULL);
 	decision.meter = meter;
@@ -1474,12 +1475,10 @@ fm_usage(PG_FUNCTION_ARGS)
 	at = PG_GETARG_TIMESTAMPTZ(2);
 	fm_check_timestamp(at);
 
-	SPI_connect();
 	fm_load_limit(tenant, meter, true, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, at,
 					 &period_start, &period_end);
-	current = read_period(tenant, meter, period_start, true);
-	SPI_finish();
+	current = fm_scan_period(tenant, meter, period_start);
 
 	if (limit.limited)
 	{

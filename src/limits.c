@@ -207,6 +207,7 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 
 	args[0] = CStringGetTextDatum(tenant);
 	args[1] = CStringGetTextDatum(meter);
+	SPI_connect();
 	fm_execute(&load_limit_stmt, args, NULL, read_only, 1);
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -250,6 +251,7 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 	limit->fingerprint = limit_fingerprint(limit);
 	limit->anchor = DatumGetTimestampTz(SPI_getbinval(row, desc, 6, &isnull));
 	limit->tz = fm_lookup_timezone(TextDatumGetCString(SPI_getbinval(row, desc, 7, &isnull)));
+	SPI_finish();
 }
 
 int64

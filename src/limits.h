@@ -60,7 +60,7 @@ typedef struct FmDecision
 #define FM_KEY_MAX_BYTES		256
 
 /*
- * The limit of (tenant, meter), inside SPI.  Raises 42704 for an unknown
+ * The limit of (tenant, meter), in or out of SPI.  Raises 42704 for an unknown
  * meter.  read_only as for fm_execute.  Answers come from a per-backend
  * cache that every change of the catalog tables invalidates (see
  * limits.c), so the hot path does not query the catalog.
