@@ -260,9 +260,9 @@ static FmStatement insert_events_batch_stmt = {
 	TIMESTAMPTZOID, TEXTARRAYOID}
 };
 
-/* the rows of many periods: (ordinal of the period in the arrays, counter) */
+/* the rows of many periods: (ordinal of the period in the arrays, counter, stripe) */
 static FmStatement read_groups_stmt = {
-	"SELECT u.i, c.counter"
+	"SELECT u.i, c.counter, c.stripe"
 	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3))"
 	"      WITH ORDINALITY AS u(t, m, p, i)"
 	" JOIN flagmeter.counters c"
@@ -276,9 +276,21 @@ static FmStatement add_to_stripes_batch_stmt = {
 	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
 	"                pg_catalog.unnest($5)) AS u(t, m, p, q)"
 	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE"
-	" SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter",
+	" SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter"
+	" RETURNING c.tenant, c.meter, c.period_start,"
+	"  c.stripe, c.counter, c.recheck_at, c.recheck_for",
 	5, {TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT2OID,
 	FM_TYPE_COUNTER_ARRAY}
+};
+
+static FmStatement set_recheck_batch_stmt = {
+	"UPDATE flagmeter.counters c SET recheck_at = u.r, recheck_for = u.f"
+	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
+	"                pg_catalog.unnest($5), pg_catalog.unnest($6)) AS u(t, m, p, r, f)"
+	" WHERE c.tenant" EQ "u.t AND c.meter" EQ "u.m AND c.period_start" EQ "u.p"
+	" AND c.stripe" EQ "$4",
+	6, {TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT2OID,
+	INT8ARRAYOID, INT4ARRAYOID}
 };
 
 /* ---------------------------------------------------------------------
@@ -613,20 +625,21 @@ typedef struct StripeWritten
 	int32		recheck_for;
 } StripeWritten;
 
+/* From row r of SPI_tuptable, columns first .. first + 3. */
 static StripeWritten
-stripe_written(void)
+stripe_written(uint64 r, int first)
 {
-	HeapTuple	row = SPI_tuptable->vals[0];
+	HeapTuple	row = SPI_tuptable->vals[r];
 	TupleDesc	desc = SPI_tuptable->tupdesc;
 	StripeWritten w;
 	bool		null_at;
 	bool		null_for;
 	bool		isnull;
 
-	w.stripe = DatumGetInt16(SPI_getbinval(row, desc, 1, &isnull));
-	w.counter = *DatumGetFmCounterP(SPI_getbinval(row, desc, 2, &isnull));
-	w.recheck_at = DatumGetInt64(SPI_getbinval(row, desc, 3, &null_at));
-	w.recheck_for = DatumGetInt32(SPI_getbinval(row, desc, 4, &null_for));
+	w.stripe = DatumGetInt16(SPI_getbinval(row, desc, first, &isnull));
+	w.counter = *DatumGetFmCounterP(SPI_getbinval(row, desc, first + 1, &isnull));
+	w.recheck_at = DatumGetInt64(SPI_getbinval(row, desc, first + 2, &null_at));
+	w.recheck_for = DatumGetInt32(SPI_getbinval(row, desc, first + 3, &null_for));
 	w.has_recheck = !null_at && !null_for;
 	return w;
 }
@@ -641,28 +654,65 @@ stripe_written(void)
  * usage: the track that takes the stripe to it reads the period.  A read
  * that finds usage S, with L the next level to announce (the next
  * threshold, the hard quota, or the end of the bigint range, so overflow
- * is still caught) and n track stripes, lets the stripe grow by (L - S) / n
- * before the next read.  With one writer at a time this is exact: the
- * track that reaches L reads and announces it.  With concurrent writers
- * the other stripes' figures were worked out from earlier reads, so the
- * crossing is announced by the first track that passes its stripe's
- * figure after it: later by at most the stripes' unspent allowances, which
- * shrink as usage nears a level (README, "Alerts from track").  Reads get
- * rarer the further usage is from every level: a tenant far below its
- * quota reads about n times per halving of the distance.
+ * is still caught), lets the stripe grow by (L - S) / max(n,
+ * flagmeter.stripes), n being the period's track stripes, before the next
+ * read.  With one writer at a time this is exact: the track that reaches L
+ * reads and announces it.  With concurrent writers a stripe's figure may
+ * date from before another's increments committed, so the crossing is
+ * announced by the first track that passes its stripe's figure after it:
+ * late by at most the stripes' unspent allowances, each a
+ * flagmeter.stripes-th of the distance at its read, one unit when usage is
+ * that close (README, "Alerts from track").  Reads get rarer the further
+ * usage is from every level: a tenant far below its quota reads about
+ * flagmeter.stripes times per stripe each time the distance shrinks by
+ * e (2.7x).
  *
  * max: the period's max is the greatest of its stripes', so the stripe
  * itself shows what this event reached.  latest: the period's latest may
  * be in another stripe, so every track reads.
  */
+static bool
+period_read_due(const FmLimit *limit, const StripeWritten *written)
+{
+	if (limit->aggregation == FM_AGG_MAX)
+		return false;
+	if (limit->aggregation == FM_AGG_LATEST)
+		return true;
+	return !(written->has_recheck && written->recheck_for == limit->fingerprint &&
+			 fm_used_of(&written->counter, limit->aggregation) < written->recheck_at);
+}
+
+/*
+ * The stripe's recheck_at after a read found total, the period having
+ * nstripes track stripes; false when the stripe already has it (nothing to
+ * write).  Not for latest, which reads every time.
+ */
+static bool
+next_recheck(const FmLimit *limit, const StripeWritten *written,
+			 const FmCounter *total, int nstripes, int64 *recheck_at)
+{
+	int64		own = fm_used_of(&written->counter, limit->aggregation);
+	int64		used = fm_used_of(total, limit->aggregation);
+	int64		next;
+
+	next = limit->limited ?
+		fm_next_usage_level(used, limit->quota, limit->hard,
+							limit->thresholds, limit->nthresholds) :
+		PG_INT64_MAX;
+	if (next <= used)
+		*recheck_at = 0;		/* every track looks: own >= 0 */
+	else if (pg_add_s64_overflow(own, Max((next - used) / Max(nstripes, fm_stripes), 1),
+								 recheck_at))
+		*recheck_at = PG_INT64_MAX;
+	return !(written->has_recheck && written->recheck_at == *recheck_at &&
+			 written->recheck_for == limit->fingerprint);
+}
+
 static void
 announce_after_track(const char *tenant, const char *meter, const FmLimit *limit,
 					 TimestampTz period_start, const StripeWritten *written)
 {
-	int64		own = fm_used_of(&written->counter, limit->aggregation);
 	FmCounter	total;
-	int64		used;
-	int64		next;
 	int64		recheck_at;
 	int			nstripes = 0;
 	Datum		args[6];
@@ -673,8 +723,7 @@ announce_after_track(const char *tenant, const char *meter, const FmLimit *limit
 		announce_usage_level(tenant, meter, limit, period_start, &written->counter);
 		return;
 	}
-	if (limit->aggregation != FM_AGG_LATEST && written->has_recheck &&
-		written->recheck_for == limit->fingerprint && own < written->recheck_at)
+	if (!period_read_due(limit, written))
 		return;
 
 	total = read_period(tenant, meter, period_start);
@@ -687,21 +736,8 @@ announce_after_track(const char *tenant, const char *meter, const FmLimit *limit
 			nstripes++;
 	}
 	announce_usage_level(tenant, meter, limit, period_start, &total);
-	if (limit->aggregation == FM_AGG_LATEST)
-		return;
-
-	used = fm_used_of(&total, limit->aggregation);
-	next = limit->limited ?
-		fm_next_usage_level(used, limit->quota, limit->hard,
-							limit->thresholds, limit->nthresholds) :
-		PG_INT64_MAX;
-	if (next <= used)
-		recheck_at = 0;			/* every track looks: own >= 0 */
-	else if (pg_add_s64_overflow(own, Max((next - used) / Max(nstripes, 1), 1),
-								 &recheck_at))
-		recheck_at = PG_INT64_MAX;
-	if (written->has_recheck && written->recheck_at == recheck_at &&
-		written->recheck_for == limit->fingerprint)
+	if (limit->aggregation == FM_AGG_LATEST ||
+		!next_recheck(limit, written, &total, nstripes, &recheck_at))
 		return;
 
 	period_args(args, tenant, meter, period_start);
@@ -791,7 +827,7 @@ fm_track(PG_FUNCTION_ARGS)
 	if (SPI_processed != 1)
 		elog(ERROR, "track wrote " UINT64_FORMAT " counter rows of tenant \"%s\" meter \"%s\"",
 			 (uint64) SPI_processed, tenant, meter);
-	written = stripe_written();
+	written = stripe_written(0, 1);
 	announce_after_track(tenant, meter, &limit, period_start, &written);
 
 	SPI_finish();
@@ -822,6 +858,8 @@ typedef struct BatchGroupEntry
 	BatchGroupKey key;
 	int			first;			/* an event of the group, for its names */
 	FmCounter	delta;
+	const FmLimit *limit;
+	StripeWritten written;		/* the group's stripe after the increment */
 } BatchGroupEntry;
 
 static void
@@ -919,6 +957,76 @@ null_array_argument(const char *what)
 	ereport(ERROR,
 			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 			 errmsg("%s must not be NULL", what)));
+}
+
+/*
+ * Read the periods of the groups glist[0 .. n-1] (whose names and starts
+ * are in the Datum arrays), queue what each reached, and write the
+ * stripes' new recheck figures: track's announce_after_track for many
+ * periods, in two statements.
+ */
+static void
+read_due_periods(char **tenants, char **meters, BatchGroupEntry **glist,
+				 Datum *g_tenants, Datum *g_meters, Datum *g_starts, int n)
+{
+	Datum		args[6];
+	FmCounter  *totals = palloc(sizeof(FmCounter) * n);
+	int		   *nstripes = palloc0(sizeof(int) * n);
+	Datum	   *r_tenants = palloc(sizeof(Datum) * n);
+	Datum	   *r_meters = palloc(sizeof(Datum) * n);
+	Datum	   *r_starts = palloc(sizeof(Datum) * n);
+	Datum	   *r_at = palloc(sizeof(Datum) * n);
+	Datum	   *r_for = palloc(sizeof(Datum) * n);
+	int			nrecheck = 0;
+	uint64		r;
+	int			g;
+
+	args[0] = PointerGetDatum(construct_array(g_tenants, n, TEXTOID, -1, false, TYPALIGN_INT));
+	args[1] = PointerGetDatum(construct_array(g_meters, n, TEXTOID, -1, false, TYPALIGN_INT));
+	args[2] = PointerGetDatum(construct_array(g_starts, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	fm_execute(&read_groups_stmt, args, NULL, false, 0);
+	for (g = 0; g < n; g++)
+		totals[g] = empty_counter();
+	for (r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		int64		ordinal = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+
+		fm_counter_report(fm_counter_merge(&totals[ordinal - 1],
+										   DatumGetFmCounterP(SPI_getbinval(row, desc, 2, &isnull))));
+		if (DatumGetInt16(SPI_getbinval(row, desc, 3, &isnull)) != 0)
+			nstripes[ordinal - 1]++;
+	}
+
+	for (g = 0; g < n; g++)
+	{
+		BatchGroupEntry *group = glist[g];
+		int64		recheck_at;
+
+		announce_usage_level(tenants[group->first], meters[group->first],
+							 group->limit, group->key.period_start, &totals[g]);
+		if (group->limit->aggregation == FM_AGG_LATEST ||
+			!next_recheck(group->limit, &group->written, &totals[g], nstripes[g],
+						  &recheck_at))
+			continue;
+		r_tenants[nrecheck] = g_tenants[g];
+		r_meters[nrecheck] = g_meters[g];
+		r_starts[nrecheck] = g_starts[g];
+		r_at[nrecheck] = Int64GetDatum(recheck_at);
+		r_for[nrecheck] = Int32GetDatum(group->limit->fingerprint);
+		nrecheck++;
+	}
+	if (nrecheck == 0)
+		return;
+	args[0] = PointerGetDatum(construct_array(r_tenants, nrecheck, TEXTOID, -1, false, TYPALIGN_INT));
+	args[1] = PointerGetDatum(construct_array(r_meters, nrecheck, TEXTOID, -1, false, TYPALIGN_INT));
+	args[2] = PointerGetDatum(construct_array(r_starts, nrecheck, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	args[3] = Int16GetDatum(my_stripe());
+	args[4] = PointerGetDatum(construct_array(r_at, nrecheck, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	args[5] = PointerGetDatum(construct_array(r_for, nrecheck, INT4OID, 4, true, TYPALIGN_INT));
+	fm_execute(&set_recheck_batch_stmt, args, NULL, false, 0);
 }
 
 /*
@@ -1081,8 +1189,13 @@ fm_track_batch(PG_FUNCTION_ARGS)
 			entry = hash_search(groups, &gkey, HASH_ENTER, &found);
 			if (!found)
 			{
+				char		hkey[sizeof(((BatchLimitEntry *) 0)->key)];
+
 				entry->first = i;
 				entry->delta = empty_counter();
+				tenant_meter_key(hkey, tenants[i], meters[i]);
+				entry->limit = &((BatchLimitEntry *) hash_search(limits, hkey, HASH_FIND,
+																  NULL))->limit;
 			}
 			fm_counter_report(fm_counter_add_event(&entry->delta, amounts[i], occurred[i]));
 		}
@@ -1106,9 +1219,9 @@ fm_track_batch(PG_FUNCTION_ARGS)
 				Datum	   *g_starts = palloc(sizeof(Datum) * ngroups);
 				Datum	   *g_counters = palloc(sizeof(Datum) * ngroups);
 				BatchGroupEntry **glist = palloc(sizeof(BatchGroupEntry *) * ngroups);
-				FmCounter  *totals;
 				uint64		r;
 				int			g = 0;
+				int			ndue;
 
 				hash_seq_init(&scan, groups);
 				while ((group = hash_seq_search(&scan)) != NULL)
@@ -1127,39 +1240,51 @@ fm_track_batch(PG_FUNCTION_ARGS)
 				args[4] = PointerGetDatum(construct_array(g_counters, ngroups, fm_counter_type_oid(),
 														  FM_COUNTER_SIZE, false, TYPALIGN_DOUBLE));
 				fm_execute(&add_to_stripes_batch_stmt, args, NULL, false, 0);
-
-				/*
-				 * Every period touched must stay representable, as in track,
-				 * and its total says whether a threshold is reached: the rows
-				 * of all the groups' periods, in one statement.
-				 */
-				fm_execute(&read_groups_stmt, args, NULL, false, 0);
-				totals = palloc(sizeof(FmCounter) * ngroups);
-				for (g = 0; g < ngroups; g++)
-					totals[g] = empty_counter();
+				if (SPI_processed != (uint64) ngroups)
+					elog(ERROR, "track_batch wrote " UINT64_FORMAT " counter rows for %d periods",
+						 (uint64) SPI_processed, ngroups);
 				for (r = 0; r < SPI_processed; r++)
 				{
+					BatchGroupKey gkey;
 					bool		isnull;
-					int64		ordinal;
-					Datum		d;
+					HeapTuple	row = SPI_tuptable->vals[r];
+					TupleDesc	desc = SPI_tuptable->tupdesc;
 
-					ordinal = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r],
-														  SPI_tuptable->tupdesc, 1, &isnull));
-					d = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull);
-					fm_counter_report(fm_counter_merge(&totals[ordinal - 1],
-													   DatumGetFmCounterP(d)));
+					memset(&gkey, 0, sizeof(gkey));
+					tenant_meter_key(gkey.tenant_meter,
+									 TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull)),
+									 TextDatumGetCString(SPI_getbinval(row, desc, 2, &isnull)));
+					gkey.period_start = DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull));
+					group = hash_search(groups, &gkey, HASH_FIND, NULL);
+					if (group == NULL)
+						elog(ERROR, "track_batch wrote a counter row it has no period for");
+					group->written = stripe_written(r, 4);
 				}
+
+				/*
+				 * Which periods may have reached something, as in track: only
+				 * those are read, all in one statement.
+				 */
+				ndue = 0;
 				for (g = 0; g < ngroups; g++)
 				{
-					char		hkey[sizeof(((BatchLimitEntry *) 0)->key)];
-					BatchLimitEntry *entry;
-
 					group = glist[g];
-					tenant_meter_key(hkey, tenants[group->first], meters[group->first]);
-					entry = hash_search(limits, hkey, HASH_FIND, NULL);
-					announce_usage_level(tenants[group->first], meters[group->first],
-										 &entry->limit, group->key.period_start, &totals[g]);
+					if (group->limit->aggregation == FM_AGG_MAX)
+						announce_usage_level(tenants[group->first], meters[group->first],
+											 group->limit, group->key.period_start,
+											 &group->written.counter);
+					else if (period_read_due(group->limit, &group->written))
+					{
+						glist[ndue] = group;
+						g_tenants[ndue] = g_tenants[g];
+						g_meters[ndue] = g_meters[g];
+						g_starts[ndue] = g_starts[g];
+						ndue++;
+					}
 				}
+				if (ndue > 0)
+					read_due_periods(tenants, meters, glist, g_tenants, g_meters,
+									 g_starts, ndue);
 			}
 		}
 	}

@@ -105,3 +105,29 @@ SELECT flagmeter.invalidate();
 -- nothing was written by the failed statements
 SELECT (SELECT count(*) FROM app_items) AS items, (SELECT count(*) FROM app_nokey) AS nokey;
 DROP TABLE app_items, app_nokey;
+
+-- Alerts from track without reading the whole period on every call: a
+-- stripe's recheck_at says when track must read again.  One writer reaches
+-- each level at exactly the call that crosses it (used = the level).
+SELECT define_plan('stepped'),
+       set_limit('stepped', 'calls', 1000, 'lifetime', 'soft', '{10,50,90}'),
+       assign_plan('stepper', 'stepped'), assign_plan('batcher', 'stepped');
+SELECT count(track('stepper', 'calls')) FROM generate_series(1, 949);
+SELECT threshold, used FROM outbox WHERE tenant = 'stepper' AND kind = 'threshold' ORDER BY version;
+-- past the last threshold of a soft limit nothing is left to reach, but the
+-- bigint range: the next read is far away
+SELECT recheck_at > 1000000000000 AS next_read_far FROM counters WHERE tenant = 'stepper';
+-- a changed limit is seen on the next call (its fingerprint differs)
+SELECT set_limit('stepped', 'calls', 1000, 'lifetime', 'soft', '{10,50,90,95}');
+SELECT track('stepper', 'calls');
+SELECT threshold, used FROM outbox WHERE tenant = 'stepper' AND kind = 'threshold' ORDER BY version;
+-- track_batch: the same figures; each level announced by the batch that crosses it
+SELECT track_batch(array_fill('batcher'::text, ARRAY[40]), array_fill('calls'::text, ARRAY[40]),
+                   array_fill(1::bigint, ARRAY[40]))
+FROM generate_series(1, 25);
+SELECT threshold, used FROM outbox WHERE tenant = 'batcher' AND kind = 'threshold' ORDER BY version;
+-- max: the period's max is its greatest stripe's, no read needed
+SELECT define_meter('peak', 'max');
+SELECT set_limit('stepped', 'peak', 100, 'lifetime', 'hard', '{50}');
+SELECT track('stepper', 'peak', 40), track('stepper', 'peak', 60), track('stepper', 'peak', 10);
+SELECT kind, threshold, used FROM outbox WHERE tenant = 'stepper' AND meter = 'peak' ORDER BY version;
