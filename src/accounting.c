@@ -138,21 +138,23 @@ static FmStatement read_period_stmt = {
 };
 
 /*
- * consume's read: stripe 0 locked (its latest committed value), and the
- * other stripes (tracked usage) as the statement's snapshot saw them before
- * any wait for the lock.  The first column says which is which.
+ * consume's read: the other stripes (tracked usage) and stripe 0 locked
+ * (its latest committed value), in one statement; the first column says
+ * which is which.  The tracked rows come first: the Append runs its
+ * branches in order, so they are read before the lock is requested, not
+ * while it is held (a hot tenant has a stripe per concurrent tracker), and
+ * as the statement's snapshot shows them.
  */
 static FmStatement lock_for_consume_stmt = {
-	"WITH locked AS ("
+	"SELECT false, o.counter FROM flagmeter.counters o"
+	" WHERE o.tenant" EQ "$1 AND o.meter" EQ "$2 AND o.period_start" EQ "$3"
+	" AND o.stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2"
+	" UNION ALL"
+	" SELECT true, l.counter FROM ("
 	"  SELECT counter FROM flagmeter.counters"
 	"  WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
 	"  AND stripe" EQ "0::pg_catalog.int2 FOR UPDATE"
-	")"
-	" SELECT true, counter FROM locked"
-	" UNION ALL"
-	" SELECT false, o.counter FROM flagmeter.counters o"
-	" WHERE o.tenant" EQ "$1 AND o.meter" EQ "$2 AND o.period_start" EQ "$3"
-	" AND o.stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2",
+	" ) l",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
