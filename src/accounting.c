@@ -5,10 +5,11 @@
  *
  * Where usage lives (see sql/parts/40_usage.sql): a raw row per event in
  * flagmeter.events, and per tenant, meter and period a few quota_counter
- * rows in flagmeter.counters that are merged on read.  track adds to the
- * stripe of its backend; consume locks stripe 0 of the period (the one row
- * where the limit serializes), reads the merged usage in a fresh snapshot,
- * decides, and writes stripe 0.  All writes are in the caller's
+ * rows in flagmeter.counters that are merged on read.  track adds to a
+ * stripe no other transaction holds; consume locks stripe 0 of the period
+ * (the one row where the limit serializes), reads the merged usage in a
+ * fresh snapshot, decides, and writes stripe 0; check and usage merge the
+ * rows by a direct scan (counters_scan.c).  All writes are in the caller's
  * transaction: a rollback leaves nothing, a commit makes the usage durable.
  *
  * Every call first takes ROW EXCLUSIVE on flagmeter.counters, before it
@@ -320,8 +321,10 @@ fm_accounting_init(void)
 {
 	DefineCustomIntVariable("flagmeter.stripes",
 							gettext_noop("Number of counter rows track spreads each tenant's period over."),
-							gettext_noop("Concurrent track calls of one tenant write different rows when they "
-										 "run in backends with different stripes; reads merge all rows."),
+							gettext_noop("A backend's own stripe is 1 + backend number modulo this; track "
+										 "writes it when every stripe of the period is held (always under "
+										 "REPEATABLE READ, and in track_batch). It also divides the allowance "
+										 "between two reads of a period for alerts."),
 							&fm_stripes,
 							32, 1, 1024,
 							PGC_USERSET, 0,
@@ -753,10 +756,11 @@ announce_after_track(const char *tenant, const char *meter, const FmLimit *limit
  * track(tenant, meter, amount, occurred_at, idempotency_key) -> boolean
  *
  * Records amount in the period containing occurred_at: a raw event row
- * and an increment of this backend's stripe.  Returns false, recording
- * nothing, when the key is already recorded.  Writes no row that another
- * backend's track of the same tenant writes (unless two backends share a
- * stripe), so writers of one tenant do not queue behind each other.
+ * and an increment of a stripe (see track_free_stripe_stmt).  Returns
+ * false, recording nothing, when the key is already recorded.  Writes no
+ * row that another transaction holds (in REPEATABLE READ, unless two
+ * backends share a stripe), so writers of one tenant do not queue behind
+ * each other.
  */
 PG_FUNCTION_INFO_V1(fm_track);
 Datum

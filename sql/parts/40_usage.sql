@@ -6,8 +6,9 @@
 --               recounts);
 --   counters    per tenant, meter and period, a few quota_counter rows:
 --               stripe 0 is the row consume locks and updates, stripes 1..N
---               take track's increments, chosen by backend so concurrent
---               trackers of one tenant do not queue behind each other.  The
+--               take track's increments, each in a stripe no other
+--               transaction holds, so concurrent trackers of one tenant do
+--               not queue behind each other.  The
 --               period's usage is the merge of its rows: O(stripes), not
 --               O(events);
 --   event_keys  idempotency keys and the decisions given for them.
