@@ -521,6 +521,29 @@ announce_usage_level(const char *tenant, const char *meter, const FmLimit *limit
 						 limit->hard, limit->thresholds, limit->nthresholds);
 }
 
+/*
+ * The tuple descriptor of flagmeter.decision, blessed, kept for the call
+ * site (fn_extra) so that check and consume do not look the type up on
+ * every call.
+ */
+static TupleDesc
+decision_desc(FunctionCallInfo fcinfo)
+{
+	TupleDesc	desc = (TupleDesc) fcinfo->flinfo->fn_extra;
+
+	if (desc == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+
+		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "function must return flagmeter.decision");
+		desc = BlessTupleDesc(CreateTupleDescCopy(desc));
+		MemoryContextSwitchTo(old);
+		fcinfo->flinfo->fn_extra = desc;
+	}
+	return desc;
+}
+
 /* Build a flagmeter.decision tuple. */
 static HeapTuple
 decision_tuple(TupleDesc desc, const FmDecision *d)
@@ -1479,9 +1502,7 @@ fm_consume(PG_FUNCTION_ARGS)
 	item.amount = PG_GETARG_INT64(2);
 	fm_check_amount(item.amount, false);
 
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "consume must return flagmeter.decision");
-	desc = BlessTupleDesc(desc);
+	desc = decision_desc(fcinfo);
 
 	decision = consume_items(tenant, &item, 1, key);
 	PG_RETURN_DATUM(HeapTupleGetDatum(decision_tuple(desc, &decision[0])));
@@ -1571,9 +1592,7 @@ fm_check(PG_FUNCTION_ARGS)
 				 errmsg("amount must not be NULL")));
 	amount = PG_GETARG_INT64(2);
 	fm_check_amount(amount, true);
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "check must return flagmeter.decision");
-	desc = BlessTupleDesc(desc);
+	desc = decision_desc(fcinfo);
 
 	fm_load_limit(tenant, meter, true, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, now,
