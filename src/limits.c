@@ -6,8 +6,10 @@
  */
 #include "postgres.h"
 #include "fmgr.h"
+#include "funcapi.h"
 
 #include "catalog/pg_type.h"
+#include "access/htup_details.h"
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
@@ -18,19 +20,32 @@
 #include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
 #include "counter.h"
 #include "limits.h"
+#include "pk_fetch.h"
 #include "statements.h"
 
 
-static FmStatement load_limit_stmt = {
-	"SELECT aggregation, quota, period, mode, thresholds, anchor, timezone"
-	" FROM flagmeter.limit_config($1, $2)",
-	2, {TEXTOID, TEXTOID}
-};
+const char *
+fm_aggregation_name(FmAggregation aggregation)
+{
+	switch (aggregation)
+	{
+		case FM_AGG_SUM:
+			return "sum";
+		case FM_AGG_COUNT:
+			return "count";
+		case FM_AGG_MAX:
+			return "max";
+		case FM_AGG_LATEST:
+			return "latest";
+	}
+	return "sum";				/* keep compiler quiet */
+}
 
 static FmAggregation
 aggregation_from_name(const char *name)
@@ -74,9 +89,37 @@ typedef struct LimitCacheEntry
 
 #define LIMIT_CACHE_MAX 100000
 
+/* the anchor of a tenant with no plan: PostgreSQL's epoch, 2000-01-01 00:00:00+00 */
+#define FM_UNASSIGNED_ANCHOR ((TimestampTz) 0)
+
 static HTAB *limit_cache = NULL;
 static bool limit_cache_valid = false;
 static Oid	watched_relids[5];
+
+/*
+ * The part of a limit that comes from the plan (or from no plan): the
+ * meter's aggregation and the plan's limit for it.  Cached per plan and
+ * meter, beside the per-tenant cache, and emptied with it.
+ */
+typedef struct PlanLimitKey
+{
+	char		plan[FM_NAME_MAX_BYTES + 1];	/* "" for no plan */
+	char		meter[FM_NAME_MAX_BYTES + 1];
+} PlanLimitKey;
+
+typedef struct PlanLimitEntry
+{
+	PlanLimitKey key;
+	FmAggregation aggregation;
+	bool		limited;		/* the plan has a limit for the meter */
+	int64		quota;
+	FmPeriodKind period;
+	bool		hard;
+	int			nthresholds;
+	int			thresholds[FM_MAX_THRESHOLDS];
+} PlanLimitEntry;
+
+static HTAB *plan_limit_cache = NULL;
 
 static void
 limits_relcache_callback(Datum arg, Oid relid)
@@ -108,10 +151,17 @@ reset_limit_cache(void)
 
 	if (limit_cache)
 		hash_destroy(limit_cache);
+	if (plan_limit_cache)
+		hash_destroy(plan_limit_cache);
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(LimitCacheKey);
 	ctl.entrysize = sizeof(LimitCacheEntry);
 	limit_cache = hash_create("flagmeter limits", 256, &ctl, HASH_ELEM | HASH_BLOBS);
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(PlanLimitKey);
+	ctl.entrysize = sizeof(PlanLimitEntry);
+	plan_limit_cache = hash_create("flagmeter plan limits", 64, &ctl,
+								   HASH_ELEM | HASH_BLOBS);
 	for (i = 0; i < (int) lengthof(watched); i++)
 		watched_relids[i] = fm_relation_oid(watched[i]);
 	limit_cache_valid = true;
@@ -151,6 +201,45 @@ fm_load_limit(const char *tenant, const char *meter, bool read_only,
 		entry->limit = loaded;
 	}
 	*limit = entry->limit;
+}
+
+/*
+ * limit_in_force(tenant, meter) -> the limit the calls use, as this
+ * backend composed and cached it: what limit_config() defines, read the
+ * way track and consume read it (the regression test catalog compares the
+ * two; an operator can ask what a backend sees).
+ */
+PG_FUNCTION_INFO_V1(fm_limit_in_force);
+Datum
+fm_limit_in_force(PG_FUNCTION_ARGS)
+{
+	char	   *tenant = fm_arg_tenant(fcinfo, 0);
+	char	   *meter = fm_arg_meter(fcinfo, 1);
+	FmLimit		limit;
+	TupleDesc	desc;
+	Datum		values[7];
+	bool		nulls[7] = {false, false, false, false, false, false, false};
+	Datum	   *elems;
+	int			i;
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "limit_in_force must return a record");
+	desc = BlessTupleDesc(desc);
+	fm_load_limit(tenant, meter, true, &limit);
+
+	elems = palloc(sizeof(Datum) * Max(limit.nthresholds, 1));
+	for (i = 0; i < limit.nthresholds; i++)
+		elems[i] = Int32GetDatum(limit.thresholds[i]);
+	values[0] = CStringGetTextDatum(fm_aggregation_name(limit.aggregation));
+	values[1] = Int64GetDatum(limit.quota);
+	nulls[1] = !limit.limited;
+	values[2] = CStringGetTextDatum(fm_period_kind_name(limit.period));
+	values[3] = CStringGetTextDatum(limit.hard ? "hard" : "soft");
+	values[4] = PointerGetDatum(construct_array(elems, limit.nthresholds, INT4OID, 4,
+												true, TYPALIGN_INT));
+	values[5] = TimestampTzGetDatum(limit.anchor);
+	values[6] = CStringGetTextDatum(pg_get_timezone_name(limit.tz));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
 }
 
 /*
@@ -195,63 +284,169 @@ limit_fingerprint(const FmLimit *limit)
 	return (int32) hash_bytes((const unsigned char *) &fields, sizeof(fields));
 }
 
+/* the meter's aggregation and plan $1's limit for meter $2 (no row: no such meter) */
+static FmStatement plan_limit_stmt = {
+	"SELECT m.aggregation, l.quota, l.period, l.mode, l.thresholds"
+	" FROM flagmeter.meters m"
+	" LEFT JOIN flagmeter.limits l"
+	"   ON l.plan OPERATOR(pg_catalog.=) $1 AND l.meter OPERATOR(pg_catalog.=) m.meter"
+	" WHERE m.meter OPERATOR(pg_catalog.=) $2",
+	2, {TEXTOID, TEXTOID}
+};
+
+/* An integer[] of thresholds into limit form; errors past FM_MAX_THRESHOLDS. */
 static void
-load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
-						FmLimit *limit)
+thresholds_from_array(Datum d, const char *tenant, const char *meter,
+					  int *thresholds, int *nthresholds)
 {
+	ArrayType  *arr = DatumGetArrayTypeP(d);
+	Datum	   *elems;
+	int			n;
+	int			i;
+
+	deconstruct_array(arr, INT4OID, 4, true, TYPALIGN_INT, &elems, NULL, &n);
+	if (n > FM_MAX_THRESHOLDS)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("the limit of tenant \"%s\" for meter \"%s\" has %d thresholds", tenant, meter, n),
+				 errdetail("A limit has at most %d thresholds.", FM_MAX_THRESHOLDS)));
+	*nthresholds = n;
+	for (i = 0; i < n; i++)
+		thresholds[i] = DatumGetInt32(elems[i]);
+}
+
+static const PlanLimitEntry *
+plan_limit(const char *plan, const char *tenant, const char *meter, bool read_only)
+{
+	PlanLimitKey key;
+	PlanLimitEntry *entry;
+	PlanLimitEntry loaded;
 	Datum		args[2];
+	char		nulls[2] = {' ', ' '};
 	HeapTuple	row;
 	TupleDesc	desc;
 	bool		isnull;
 	Datum		d;
 
-	args[0] = CStringGetTextDatum(tenant);
+	memset(&key, 0, sizeof(key));
+	if (plan)
+		strlcpy(key.plan, plan, sizeof(key.plan));
+	strlcpy(key.meter, meter, sizeof(key.meter));
+	entry = hash_search(plan_limit_cache, &key, HASH_FIND, NULL);
+	if (entry)
+		return entry;
+
+	memset(&loaded, 0, sizeof(loaded));
+	args[0] = plan ? CStringGetTextDatum(plan) : (Datum) 0;
+	nulls[0] = plan ? ' ' : 'n';
 	args[1] = CStringGetTextDatum(meter);
 	SPI_connect();
-	fm_execute(&load_limit_stmt, args, NULL, read_only, 1);
+	fm_execute(&plan_limit_stmt, args, nulls, read_only, 1);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("meter \"%s\" does not exist", meter),
 				 errhint("Define it first with flagmeter.define_meter().")));
-
 	row = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
-	memset(limit, 0, sizeof(*limit));
-
-	limit->aggregation =
+	loaded.aggregation =
 		aggregation_from_name(TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull)));
 	d = SPI_getbinval(row, desc, 2, &isnull);
-	limit->limited = !isnull;
-	limit->quota = isnull ? 0 : DatumGetInt64(d);
-	limit->period =
-		fm_period_kind_from_name(TextDatumGetCString(SPI_getbinval(row, desc, 3, &isnull)));
-	limit->hard =
-		strcmp(TextDatumGetCString(SPI_getbinval(row, desc, 4, &isnull)), "hard") == 0;
-
-	d = SPI_getbinval(row, desc, 5, &isnull);
-	if (!isnull)
+	loaded.limited = !isnull;
+	if (loaded.limited)
 	{
-		ArrayType  *arr = DatumGetArrayTypeP(d);
-		Datum	   *elems;
-		int			n;
-		int			i;
-
-		deconstruct_array(arr, INT4OID, 4, true, TYPALIGN_INT, &elems, NULL, &n);
-		if (n > FM_MAX_THRESHOLDS)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("the limit of tenant \"%s\" for meter \"%s\" has %d thresholds", tenant, meter, n),
-					 errdetail("A limit has at most %d thresholds.", FM_MAX_THRESHOLDS)));
-		limit->nthresholds = n;
-		for (i = 0; i < n; i++)
-			limit->thresholds[i] = DatumGetInt32(elems[i]);
+		loaded.quota = DatumGetInt64(d);
+		loaded.period =
+			fm_period_kind_from_name(TextDatumGetCString(SPI_getbinval(row, desc, 3, &isnull)));
+		loaded.hard =
+			strcmp(TextDatumGetCString(SPI_getbinval(row, desc, 4, &isnull)), "hard") == 0;
+		thresholds_from_array(SPI_getbinval(row, desc, 5, &isnull), tenant, meter,
+							  loaded.thresholds, &loaded.nthresholds);
 	}
-
-	limit->fingerprint = limit_fingerprint(limit);
-	limit->anchor = DatumGetTimestampTz(SPI_getbinval(row, desc, 6, &isnull));
-	limit->tz = fm_lookup_timezone(TextDatumGetCString(SPI_getbinval(row, desc, 7, &isnull)));
 	SPI_finish();
+
+	/* an invalidation may have arrived while loading: then it is not kept */
+	if (!limit_cache_valid)
+	{
+		entry = palloc(sizeof(PlanLimitEntry));
+		*entry = loaded;
+		return entry;
+	}
+	entry = hash_search(plan_limit_cache, &key, HASH_ENTER, NULL);
+	loaded.key = entry->key;
+	*entry = loaded;
+	return entry;
+}
+
+/*
+ * The limit in force, as flagmeter.limit_config() defines it (the one
+ * definition, in SQL; the regression test catalog compares the two over
+ * every kind of configuration through flagmeter.limit_in_force()):
+ * the tenant's override, field by field, else the plan's limit, else
+ * unlimited; period month, mode hard and thresholds {80,100} where neither
+ * says; a tenant with no plan counts in calendar months (anchor
+ * 2000-01-01) in UTC.  The tenant's row and override are read by primary
+ * key (pk_fetch.c), the plan's part from plan_limit's cache.
+ */
+static void
+load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
+						FmLimit *limit)
+{
+	static const char *const tenant_columns[] = {"plan", "anchor", "timezone"};
+	static const char *const override_columns[] = {"quota", "period", "mode", "thresholds"};
+	const char *keys[2] = {tenant, meter};
+	Datum		t[3];
+	bool		tnull[3];
+	Datum		o[4];
+	bool		onull[4];
+	bool		assigned;
+	bool		overridden = false;
+	const PlanLimitEntry *pl;
+	Snapshot	snapshot;
+
+	/*
+	 * The snapshot a statement would have: the caller's in read-only
+	 * (STABLE) calls, else a fresh one (READ COMMITTED) or the
+	 * transaction's.
+	 */
+	snapshot = read_only ? GetActiveSnapshot() : RegisterSnapshot(GetTransactionSnapshot());
+	assigned = fm_pk_fetch("tenants", 1, keys, snapshot, 3, tenant_columns, t, tnull);
+	if (assigned)
+		overridden = fm_pk_fetch("overrides", 2, keys, snapshot, 4, override_columns,
+								 o, onull);
+	if (!read_only)
+		UnregisterSnapshot(snapshot);
+
+	pl = plan_limit(assigned ? TextDatumGetCString(t[0]) : NULL, tenant, meter, read_only);
+
+	memset(limit, 0, sizeof(*limit));
+	limit->aggregation = pl->aggregation;
+	limit->limited = overridden || pl->limited;
+	limit->quota = overridden ? DatumGetInt64(o[0]) : pl->quota;
+	if (overridden && !onull[1])
+		limit->period = fm_period_kind_from_name(TextDatumGetCString(o[1]));
+	else
+		limit->period = pl->limited ? pl->period : FM_PERIOD_MONTH;
+	if (overridden && !onull[2])
+		limit->hard = strcmp(TextDatumGetCString(o[2]), "hard") == 0;
+	else
+		limit->hard = pl->limited ? pl->hard : true;
+	if (overridden && !onull[3])
+		thresholds_from_array(o[3], tenant, meter, limit->thresholds, &limit->nthresholds);
+	else if (pl->limited)
+	{
+		limit->nthresholds = pl->nthresholds;
+		memcpy(limit->thresholds, pl->thresholds, sizeof(int) * pl->nthresholds);
+	}
+	else
+	{
+		limit->nthresholds = 2;
+		limit->thresholds[0] = 80;
+		limit->thresholds[1] = 100;
+	}
+	limit->fingerprint = limit_fingerprint(limit);
+	limit->anchor = assigned ? DatumGetTimestampTz(t[1]) : FM_UNASSIGNED_ANCHOR;
+	limit->tz = fm_lookup_timezone(assigned ? TextDatumGetCString(t[2]) : "UTC");
 }
 
 int64

@@ -72,6 +72,9 @@ extern void fm_limits_init(void);
 
 extern int64 fm_used_of(const FmCounter *c, FmAggregation aggregation);
 
+/* The name flagmeter.meters uses for an aggregation. */
+extern const char *fm_aggregation_name(FmAggregation aggregation);
+
 /*
  * The decision for recording amount on top of current (whose counter after
  * recording is returned in *after when granted is possible).

@@ -83,6 +83,12 @@ fm_period_kind_from_name(const char *name)
 	pg_unreachable();
 }
 
+const char *
+fm_period_kind_name(FmPeriodKind kind)
+{
+	return fm_period_names[kind];
+}
+
 pg_tz *
 fm_lookup_timezone(const char *name)
 {

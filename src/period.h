@@ -31,6 +31,7 @@ typedef enum FmPeriodKind
  * unknown name is an error (22023) whose hint lists the valid ones.
  */
 extern FmPeriodKind fm_period_kind_from_name(const char *name);
+extern const char *fm_period_kind_name(FmPeriodKind kind);
 
 /*
  * The time zone called name, as pg_tzset() knows it (IANA names, case

@@ -96,6 +96,7 @@ REVOKE ALL ON FUNCTION flagmeter.track_batch(text[], text[], bigint[], timestamp
 REVOKE ALL ON FUNCTION flagmeter.consume(text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.consume(text, text[], bigint[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.check(text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.limit_in_force(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.usage(text, text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.void(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint) FROM PUBLIC;

@@ -99,6 +99,31 @@ SELECT * FROM limit_config('acme', 'seats');		-- on a plan, no limit for the met
 SELECT * FROM limit_config('stranger', 'api_calls');	-- no plan: calendar months in UTC
 SELECT * FROM limit_config('acme', 'nope');			-- unknown meter: no row
 
+-- limit_in_force() (what the calls use: the tenant's row and override read
+-- by primary key, the plan's part cached, composed in C) equals
+-- limit_config() (the definition) for every kind of configuration: plan
+-- limits hard and soft, an override of each field alone, a meter the plan
+-- does not limit, a tenant with no plan, anchors and time zones.
+SELECT set_limit('pro', 'tokens', 500, 'week', 'soft', '{50}');
+SELECT assign_plan('hooli', 'pro', '2026-02-28 23:30:00+00', 'America/New_York'),
+       override_limit('hooli', 'tokens', 900, NULL, 'hard', NULL),
+       assign_plan('umbrella', 'pro', '2026-01-15 00:00:00+00', 'Asia/Kolkata'),
+       override_limit('umbrella', 'api_calls', 7, 'day', NULL, NULL),
+       override_limit('umbrella', 'tokens', 8, NULL, NULL, '{10,20}');
+SELECT count(*) AS compared,
+       count(*) FILTER (WHERE (c.aggregation, c.quota, c.period, c.mode, c.thresholds, c.anchor,
+                               lower(c.timezone))
+                              IS DISTINCT FROM
+                              (f.aggregation, f.quota, f.period, f.mode, f.thresholds, f.anchor,
+                               lower(f.timezone))) AS different,
+       count(DISTINCT (c.quota, c.period, c.mode, c.thresholds)) AS kinds_of_limit
+FROM (SELECT tenant FROM tenants UNION ALL VALUES ('stranger')) t(tenant)
+CROSS JOIN meters m
+CROSS JOIN LATERAL limit_config(t.tenant, m.meter) c
+CROSS JOIN LATERAL limit_in_force(t.tenant, m.meter) f;
+SELECT * FROM limit_in_force('umbrella', 'tokens');
+SELECT * FROM limit_in_force('acme', 'nope');			-- unknown meter: an error
+
 -- Configuration tables are dumped by pg_dump
 SELECT c.relname
 FROM pg_extension e, unnest(e.extconfig) AS cfg(oid)
