@@ -891,6 +891,36 @@ typedef struct BatchGroupEntry
 	StripeWritten written;		/* the group's stripe after the increment */
 } BatchGroupEntry;
 
+/* One-dimensional arrays of the element types the batch statements take. */
+static Datum
+text_array(Datum *elems, int n)
+{
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+static Datum
+int8_array(Datum *elems, int n)
+{
+	return PointerGetDatum(construct_array(elems, n, INT8OID, 8, FLOAT8PASSBYVAL,
+										   TYPALIGN_DOUBLE));
+}
+
+static Datum
+timestamptz_array(Datum *elems, int n)
+{
+	return PointerGetDatum(construct_array(elems, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL,
+										   TYPALIGN_DOUBLE));
+}
+
+/* args[0..2]: the (tenant, meter, period_start) arrays of n periods. */
+static void
+period_array_args(Datum *args, Datum *tenants, Datum *meters, Datum *starts, int n)
+{
+	args[0] = text_array(tenants, n);
+	args[1] = text_array(meters, n);
+	args[2] = timestamptz_array(starts, n);
+}
+
 static void
 tenant_meter_key(char *buf, const char *tenant, const char *meter)
 {
@@ -1010,9 +1040,7 @@ read_due_periods(char **tenants, char **meters, BatchGroupEntry **glist,
 	uint64		r;
 	int			g;
 
-	args[0] = PointerGetDatum(construct_array(g_tenants, n, TEXTOID, -1, false, TYPALIGN_INT));
-	args[1] = PointerGetDatum(construct_array(g_meters, n, TEXTOID, -1, false, TYPALIGN_INT));
-	args[2] = PointerGetDatum(construct_array(g_starts, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	period_array_args(args, g_tenants, g_meters, g_starts, n);
 	fm_execute(&read_groups_stmt, args, NULL, false, 0);
 	for (g = 0; g < n; g++)
 		totals[g] = empty_counter();
@@ -1049,11 +1077,9 @@ read_due_periods(char **tenants, char **meters, BatchGroupEntry **glist,
 	}
 	if (nrecheck == 0)
 		return;
-	args[0] = PointerGetDatum(construct_array(r_tenants, nrecheck, TEXTOID, -1, false, TYPALIGN_INT));
-	args[1] = PointerGetDatum(construct_array(r_meters, nrecheck, TEXTOID, -1, false, TYPALIGN_INT));
-	args[2] = PointerGetDatum(construct_array(r_starts, nrecheck, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	period_array_args(args, r_tenants, r_meters, r_starts, nrecheck);
 	args[3] = Int16GetDatum(my_stripe());
-	args[4] = PointerGetDatum(construct_array(r_at, nrecheck, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	args[4] = int8_array(r_at, nrecheck);
 	args[5] = PointerGetDatum(construct_array(r_for, nrecheck, INT4OID, 4, true, TYPALIGN_INT));
 	fm_execute(&set_recheck_batch_stmt, args, NULL, false, 0);
 }
@@ -1232,10 +1258,10 @@ fm_track_batch(PG_FUNCTION_ARGS)
 		if (ncounted > 0)
 		{
 			dims[0] = (int) ncounted;
-			args[0] = PointerGetDatum(construct_array(ev_tenants, ncounted, TEXTOID, -1, false, TYPALIGN_INT));
-			args[1] = PointerGetDatum(construct_array(ev_meters, ncounted, TEXTOID, -1, false, TYPALIGN_INT));
-			args[2] = PointerGetDatum(construct_array(ev_amounts, ncounted, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-			args[3] = PointerGetDatum(construct_array(ev_occurred, ncounted, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+			args[0] = text_array(ev_tenants, ncounted);
+			args[1] = text_array(ev_meters, ncounted);
+			args[2] = int8_array(ev_amounts, ncounted);
+			args[3] = timestamptz_array(ev_occurred, ncounted);
 			args[4] = TimestampTzGetDatum(now);
 			args[5] = PointerGetDatum(construct_md_array(ev_keys, ev_key_nulls, 1, dims, lbs,
 														 TEXTOID, -1, false, TYPALIGN_INT));
@@ -1262,9 +1288,7 @@ fm_track_batch(PG_FUNCTION_ARGS)
 					g_counters[g] = FmCounterPGetDatum(fm_counter_copy(&group->delta));
 					g++;
 				}
-				args[0] = PointerGetDatum(construct_array(g_tenants, ngroups, TEXTOID, -1, false, TYPALIGN_INT));
-				args[1] = PointerGetDatum(construct_array(g_meters, ngroups, TEXTOID, -1, false, TYPALIGN_INT));
-				args[2] = PointerGetDatum(construct_array(g_starts, ngroups, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+				period_array_args(args, g_tenants, g_meters, g_starts, ngroups);
 				args[3] = Int16GetDatum(my_stripe());
 				args[4] = PointerGetDatum(construct_array(g_counters, ngroups, fm_counter_type_oid(),
 														  FM_COUNTER_SIZE, false, TYPALIGN_DOUBLE));
