@@ -12,7 +12,7 @@ OBJS = \
 	src/counter_core.o \
 	src/counter.o \
 	src/counters_scan.o \
-	src/pk_fetch.o \
+	src/pk_scan.o \
 	src/period.o \
 	src/statements.o \
 	src/limits.o \

@@ -26,7 +26,7 @@
 #include "compat.h"
 #include "counter.h"
 #include "limits.h"
-#include "pk_fetch.h"
+#include "pk_scan.h"
 #include "statements.h"
 
 
@@ -386,7 +386,7 @@ plan_limit(const char *plan, const char *tenant, const char *meter, bool read_on
  * unlimited; period month, mode hard and thresholds {80,100} where neither
  * says; a tenant with no plan counts in calendar months (anchor
  * 2000-01-01) in UTC.  The tenant's row and override are read by primary
- * key (pk_fetch.c), the plan's part from plan_limit's cache.
+ * key (pk_scan.c), the plan's part from plan_limit's cache.
  */
 static void
 load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
