@@ -696,14 +696,19 @@ stripe_written(uint64 r, int first)
  * e (2.7x).
  *
  * max: the period's max is the greatest of its stripes', so the stripe
- * itself shows what this event reached.  latest: the period's latest may
- * be in another stripe, so every track reads.
+ * itself shows what this event reached, and period_read_due announces it
+ * from the stripe.  latest: the period's latest may be in another stripe,
+ * so every track reads.
  */
 static bool
-period_read_due(const FmLimit *limit, const StripeWritten *written)
+period_read_due(const char *tenant, const char *meter, const FmLimit *limit,
+				TimestampTz period_start, const StripeWritten *written)
 {
 	if (limit->aggregation == FM_AGG_MAX)
+	{
+		announce_usage_level(tenant, meter, limit, period_start, &written->counter);
 		return false;
+	}
 	if (limit->aggregation == FM_AGG_LATEST)
 		return true;
 	return !(written->has_recheck && written->recheck_for == limit->fingerprint &&
@@ -746,12 +751,7 @@ announce_after_track(const char *tenant, const char *meter, const FmLimit *limit
 	Datum		args[6];
 	uint64		i;
 
-	if (limit->aggregation == FM_AGG_MAX)
-	{
-		announce_usage_level(tenant, meter, limit, period_start, &written->counter);
-		return;
-	}
-	if (!period_read_due(limit, written))
+	if (!period_read_due(tenant, meter, limit, period_start, written))
 		return;
 
 	total = read_period(tenant, meter, period_start);
@@ -1322,11 +1322,9 @@ fm_track_batch(PG_FUNCTION_ARGS)
 				for (g = 0; g < ngroups; g++)
 				{
 					group = glist[g];
-					if (group->limit->aggregation == FM_AGG_MAX)
-						announce_usage_level(tenants[group->first], meters[group->first],
-											 group->limit, group->key.period_start,
-											 &group->written.counter);
-					else if (period_read_due(group->limit, &group->written))
+					if (period_read_due(tenants[group->first], meters[group->first],
+										group->limit, group->key.period_start,
+										&group->written))
 					{
 						glist[ndue] = group;
 						g_tenants[ndue] = g_tenants[g];
@@ -1350,6 +1348,25 @@ fm_track_batch(PG_FUNCTION_ARGS)
  * consume
  * ---------------------------------------------------------------------
  */
+/*
+ * The decisions remembered for a consume's idempotency key (SPI memory), or
+ * NULL when the key has none; a key recorded by track is an error.
+ */
+static FmDecision *
+replayed_decisions(const char *tenant, const char *key)
+{
+	int			nremembered;
+	char	   *kind = NULL;
+	FmDecision *remembered = remembered_decisions(tenant, key, &nremembered,
+												  false, &kind);
+
+	if (nremembered == 0)
+		return NULL;
+	if (strcmp(kind, "track") == 0)
+		key_used_by_track(tenant, key);
+	return remembered;
+}
+
 typedef struct ConsumeItem
 {
 	const char *meter;
@@ -1385,6 +1402,7 @@ consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	FmDecision *decisions;
+	FmCounter  *currents;
 	FmCounter  *afters;
 	ConsumeItem **order;
 	bool		all_granted = true;
@@ -1404,15 +1422,10 @@ consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 	/* A retried key: the original decision, nothing recorded. */
 	if (key)
 	{
-		int			nremembered;
-		char	   *kind = NULL;
-		FmDecision *remembered = remembered_decisions(tenant, key, &nremembered,
-													  false, &kind);
+		FmDecision *remembered = replayed_decisions(tenant, key);
 
-		if (nremembered > 0)
+		if (remembered)
 		{
-			if (strcmp(kind, "track") == 0)
-				key_used_by_track(tenant, key);
 			SPI_finish();
 			return remembered;
 		}
@@ -1427,13 +1440,13 @@ consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 						 &order[i]->stripe0, &order[i]->tracked);
 
 	decisions = SPI_palloc(sizeof(FmDecision) * n);
+	currents = palloc(sizeof(FmCounter) * n);
 	afters = palloc(sizeof(FmCounter) * n);
 	for (i = 0; i < n; i++)
 	{
-		FmCounter	current = items[i].stripe0;
-
-		fm_counter_report(fm_counter_merge(&current, &items[i].tracked));
-		fm_decide(&items[i].limit, &current, items[i].amount, now,
+		currents[i] = items[i].stripe0;
+		fm_counter_report(fm_counter_merge(&currents[i], &items[i].tracked));
+		fm_decide(&items[i].limit, &currents[i], items[i].amount, now,
 				  items[i].period_end, true, &decisions[i], NULL);
 		decisions[i].meter = items[i].meter;
 		if (!decisions[i].granted)
@@ -1443,15 +1456,15 @@ consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 		fm_counter_report(fm_counter_add_event(&afters[i], items[i].amount, now));
 	}
 
-	/* All or nothing: one refusal refuses every meter, usage unchanged. */
+	/*
+	 * All or nothing: one refusal refuses every meter, each decision then
+	 * showing the usage unchanged.
+	 */
 	if (!all_granted)
 	{
 		for (i = 0; i < n; i++)
 		{
-			FmCounter	current = items[i].stripe0;
-
-			fm_counter_report(fm_counter_merge(&current, &items[i].tracked));
-			fm_decide(&items[i].limit, &current, items[i].amount, now,
+			fm_decide(&items[i].limit, &currents[i], items[i].amount, now,
 					  items[i].period_end, false, &decisions[i], NULL);
 			decisions[i].meter = items[i].meter;
 			decisions[i].granted = false;
@@ -1466,14 +1479,11 @@ consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 						   items[i].period_start, "consume", &decisions[i]))
 			{
 				/* a concurrent call with this key committed first */
-				int			nremembered;
-				char	   *kind = NULL;
-				FmDecision *remembered = remembered_decisions(tenant, key,
-															  &nremembered,
-															  false, &kind);
+				FmDecision *remembered = replayed_decisions(tenant, key);
 
-				if (nremembered > 0 && strcmp(kind, "track") == 0)
-					key_used_by_track(tenant, key);
+				if (remembered == NULL)
+					elog(ERROR, "idempotency key \"%s\" of tenant \"%s\" was claimed but has no decision",
+						 key, tenant);
 				SPI_finish();
 				return remembered;
 			}
