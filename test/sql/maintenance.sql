@@ -26,8 +26,6 @@ SELECT track('acme', 'api_calls', 1, '2026-03-01 10:15:00+00'),
 SELECT pending_events, pending_voids FROM stats;
 SELECT events_folded, voids_folded FROM maintain();
 SELECT pending_events, total_folded, runs FROM stats;
--- the run summarized the pages it folded (BRIN on xid): nothing new is left
-SELECT summarize_event_partitions() AS ranges_left_unsummarized;
 SELECT tenant, meter, bucket_start, counter FROM rollup_hour ORDER BY bucket_start;
 SELECT tenant, meter, bucket_start, counter FROM rollup_day ORDER BY bucket_start;
 
