@@ -123,6 +123,9 @@ CROSS JOIN LATERAL limit_config(t.tenant, m.meter) c
 CROSS JOIN LATERAL limit_in_force(t.tenant, m.meter) f;
 SELECT * FROM limit_in_force('umbrella', 'tokens');
 SELECT * FROM limit_in_force('acme', 'nope');			-- unknown meter: an error
+SELECT * FROM limit_in_force(NULL, 'api_calls');		-- the argument checks of the calls
+SELECT * FROM limit_in_force('', 'api_calls');
+SELECT * FROM limit_in_force('acme', NULL);
 
 -- Configuration tables are dumped by pg_dump
 SELECT c.relname
