@@ -11,6 +11,7 @@
 #   start_cluster      initdb + pg_ctl start on a free port, socket in temp dir
 #   run_as_pg ...      run a command as that user, with PG* variables set
 #   fm_cleanup         stop every server under the temp dir, delete the dir
+# fm_setup_cluster runs the first six in order (make test, make demo).
 #
 # Why the build happens in a copy: the working tree stays free of root-owned
 # build artifacts (someone may be editing it meanwhile), every run starts from
@@ -277,4 +278,16 @@ fm_cleanup() {
 		fi
 	fi
 	FM_TMP=
+}
+
+# fm_setup_cluster: the whole set-up of make test and make demo, from
+# choosing the OS user to a running throwaway server with flagmeter
+# installed.  (bench/run does the same steps with the build logged to a file.)
+fm_setup_cluster() {
+	fm_init
+	install_deps
+	fm_make_workdir
+	build_and_install
+	fm_chown_workdir
+	start_cluster
 }

@@ -159,12 +159,7 @@ run_load() {
 }
 
 main() {
-	fm_init
-	install_deps
-	fm_make_workdir
-	build_and_install
-	fm_chown_workdir
-	start_cluster
+	fm_setup_cluster
 
 	fm_log "creating database $DEMO_DB with the flagmeter extension"
 	run_as_pg psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE $DEMO_DB"

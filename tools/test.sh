@@ -182,12 +182,7 @@ show_failure_details() {
 }
 
 main() {
-	fm_init
-	install_deps
-	fm_make_workdir
-	build_and_install
-	fm_chown_workdir
-	start_cluster
+	fm_setup_cluster
 
 	if has_files "$FM_SRC/test/sql/*.sql"; then
 		run_suite regress count_regress ISOLATION= TAP_TESTS=
