@@ -23,10 +23,12 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "common/int.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -56,18 +58,8 @@ static int	fm_stripes = 32;
  * ---------------------------------------------------------------------
  */
 /*
- * track's statements.  In READ COMMITTED, track adds to the first stripe of
- * the period that no other transaction holds, looking from this backend's
- * own stripe upwards and then from stripe 1: writers of one tenant never
- * queue behind each other, and a tenant gets about as many stripes as it
- * has concurrent writers, not one per backend that ever wrote it (fewer
- * rows to insert and to merge on every read).  When every stripe is held
- * (or there is none yet) it adds to this backend's own stripe, creating it.
- * REPEATABLE READ and SERIALIZABLE always take the backend's own stripe: a
- * row another backend updated since the snapshot would fail them with
- * 40001, and the own stripe is the one row only this backend updates.
- *
- * Each returns (stripe, counter, recheck_at, recheck_for) of the row written.
+ * track's statements; pick_stripe says which stripe they write.  Each
+ * returns (stripe, counter, recheck_at, recheck_for) of the row written.
  */
 #define TRACK_EVENT_CTE \
 	"WITH event AS (" \
@@ -78,7 +70,7 @@ static int	fm_stripes = 32;
 #define TRACK_STRIPE_KEY(alias) \
 	" " alias ".tenant" EQ "$1 AND " alias ".meter" EQ "$2" \
 	" AND " alias ".period_start" EQ "$7"
-#define ADD_TO_OWN_STRIPE \
+#define ADD_TO_STRIPE \
 	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)" \
 	" VALUES ($1, $2, $7, $8, $9)" \
 	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE" \
@@ -88,38 +80,29 @@ static int	fm_stripes = 32;
 	{TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, \
 	TIMESTAMPTZOID, INT2OID, FM_TYPE_COUNTER}
 
-/* READ COMMITTED: the event, and the first free stripe's increment */
-static FmStatement track_free_stripe_stmt = {
+/*
+ * The event and the increment of an existing stripe: no row when the
+ * stripe does not exist yet.  A plain UPDATE, not an upsert: ON CONFLICT DO
+ * UPDATE locks the row first, a WAL record of its own.
+ */
+static FmStatement track_update_stripe_stmt = {
 	TRACK_EVENT_CTE
-	", free AS ("
-	"  SELECT up.stripe FROM ("
-	"   SELECT s.stripe FROM flagmeter.counters s WHERE" TRACK_STRIPE_KEY("s")
-	"   AND s.stripe OPERATOR(pg_catalog.>=) $8"
-	"   ORDER BY s.stripe LIMIT 1 FOR UPDATE SKIP LOCKED) up"
-	"  UNION ALL"	/* run only when the first finds nothing */
-	"  SELECT low.stripe FROM ("
-	"   SELECT s.stripe FROM flagmeter.counters s WHERE" TRACK_STRIPE_KEY("s")
-	"   AND s.stripe OPERATOR(pg_catalog.>) 0::pg_catalog.int2"
-	"   AND s.stripe OPERATOR(pg_catalog.<) $8"
-	"   ORDER BY s.stripe LIMIT 1 FOR UPDATE SKIP LOCKED) low"
-	"  LIMIT 1"
-	")"
-	" UPDATE flagmeter.counters c"
+	"UPDATE flagmeter.counters c"
 	" SET counter = c.counter OPERATOR(flagmeter.+) $9"
-	" FROM free WHERE" TRACK_STRIPE_KEY("c") " AND c.stripe" EQ "free.stripe"
+	" WHERE" TRACK_STRIPE_KEY("c") " AND c.stripe" EQ "$8"
 	" RETURNING c.stripe, c.counter, c.recheck_at, c.recheck_for",
 	9, TRACK_ARGTYPES
 };
 
-/* READ COMMITTED, no free stripe: the increment of the backend's own */
-static FmStatement track_own_stripe_stmt = {
-	ADD_TO_OWN_STRIPE,
+/* the increment of a stripe that may not exist yet (it creates it) */
+static FmStatement add_to_stripe_stmt = {
+	ADD_TO_STRIPE,
 	9, TRACK_ARGTYPES
 };
 
-/* REPEATABLE READ and SERIALIZABLE: the event and the own stripe's increment */
-static FmStatement track_event_own_stripe_stmt = {
-	TRACK_EVENT_CTE ADD_TO_OWN_STRIPE,
+/* the event and the increment of a stripe that may not exist yet */
+static FmStatement track_add_to_stripe_stmt = {
+	TRACK_EVENT_CTE ADD_TO_STRIPE,
 	9, TRACK_ARGTYPES
 };
 
@@ -225,11 +208,20 @@ static FmStatement log_void_stmt = {
 	6, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID}
 };
 
+/* a period's track stripes, in stripe order: (counter, stripe) */
+#define TRACK_STRIPES \
+	"SELECT counter, stripe FROM flagmeter.counters" \
+	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3" \
+	" AND stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2" \
+	" ORDER BY stripe"
+
+static FmStatement track_stripes_stmt = {
+	TRACK_STRIPES,
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
 static FmStatement lock_track_stripes_stmt = {
-	"SELECT counter, stripe FROM flagmeter.counters"
-	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
-	" AND stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2"
-	" ORDER BY stripe FOR UPDATE",
+	TRACK_STRIPES " FOR UPDATE",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
@@ -320,10 +312,11 @@ void
 fm_accounting_init(void)
 {
 	DefineCustomIntVariable("flagmeter.stripes",
-							gettext_noop("Number of counter rows track spreads each tenant's period over."),
-							gettext_noop("A backend's own stripe is 1 + backend number modulo this; track "
-										 "writes it when every stripe of the period is held (always under "
-										 "REPEATABLE READ, and in track_batch). It also divides the allowance "
+							gettext_noop("Number of shared counter rows track spreads each tenant's period over."),
+							gettext_noop("READ COMMITTED track writes the lowest shared stripe (1 .. this) no "
+										 "other transaction holds; a backend's own stripe is this + 1 + backend "
+										 "number modulo this, written under REPEATABLE READ, in track_batch and "
+										 "when every shared stripe is held. It also divides the allowance "
 										 "between two reads of a period for alerts."),
 							&fm_stripes,
 							32, 1, 1024,
@@ -331,11 +324,117 @@ fm_accounting_init(void)
 							NULL, NULL, NULL);
 }
 
-/* The stripe this backend's track calls write (1..flagmeter.stripes). */
-static int16
-my_stripe(void)
+/* ---------------------------------------------------------------------
+ * Which stripe a track writes
+ * ---------------------------------------------------------------------
+ *
+ * Shared stripes 1 .. flagmeter.stripes: in READ COMMITTED, track writes
+ * shared stripe k of a period only while its transaction holds the
+ * period's stripe tag k, a transaction-level advisory lock taken without
+ * waiting; it takes the lowest free one.  So writers of one tenant never
+ * queue behind each other, a tenant has about as many stripes as it has
+ * concurrent writers (most tenants one: few rows for a read to merge), and
+ * choosing writes nothing: the FOR UPDATE SKIP LOCKED search this replaced
+ * locked the row (a WAL record of its own) before updating it, and ran a
+ * plan four nodes deep.  A transaction keeps the stripe it took for a
+ * period: void locks a period's track stripes in stripe order, and a void
+ * that holds the lower stripes while it waits for ours would deadlock with
+ * us if we moved to one of them.
+ *
+ * Own stripes flagmeter.stripes + 1 .. 2 * flagmeter.stripes: a backend's
+ * is flagmeter.stripes + 1 + backend number % flagmeter.stripes, written
+ * without a tag under REPEATABLE READ and SERIALIZABLE (a row another
+ * backend updated after the snapshot would fail the transaction with
+ * 40001), by track_batch (thousands of periods: a tag each would fill the
+ * lock table), when every shared stripe is taken, and for the periods past
+ * the first FM_MAX_STRIPE_TAGS of a transaction.  The ranges never meet, so
+ * a READ COMMITTED track never waits for a batch or a REPEATABLE READ
+ * transaction.
+ *
+ * The tags only choose; row locks keep the counts right.  Two periods whose
+ * tags collide (a 32-bit hash) only make one of their writers take another
+ * stripe.
+ */
+
+/* field4 of flagmeter's stripe tags (user advisory locks use 1 and 2) */
+#define FM_STRIPE_TAG_CLASS 0x464D
+
+/* Most stripe tags one transaction takes (each is a lock table entry). */
+#define FM_MAX_STRIPE_TAGS 16
+
+typedef struct StripeTaken
 {
-	return (int16) (1 + (FM_MY_BACKEND_NUMBER % fm_stripes));
+	uint32		period_hash;
+	int16		stripe;
+} StripeTaken;
+
+/* the shared stripes the transaction stripes_taken_lxid took */
+static StripeTaken stripes_taken[FM_MAX_STRIPE_TAGS];
+static int	nstripes_taken = 0;
+static LocalTransactionId stripes_taken_lxid = InvalidLocalTransactionId;
+
+static int16
+own_stripe(void)
+{
+	return (int16) (fm_stripes + 1 + (FM_MY_BACKEND_NUMBER % fm_stripes));
+}
+
+static uint32
+period_hash(const char *tenant, const char *meter, TimestampTz period_start)
+{
+	uint32		h = hash_bytes((const unsigned char *) tenant, strlen(tenant));
+
+	h = hash_combine(h, hash_bytes((const unsigned char *) meter, strlen(meter)));
+	return hash_combine(h, hash_bytes((const unsigned char *) &period_start,
+									  sizeof(period_start)));
+}
+
+static void
+stripe_tag(LOCKTAG *tag, uint32 period_hash, int16 stripe)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, period_hash, (uint32) stripe,
+						 FM_STRIPE_TAG_CLASS);
+}
+
+/* The stripe a READ COMMITTED track of a period writes; see above. */
+static int16
+pick_stripe(const char *tenant, const char *meter, TimestampTz period_start)
+{
+	uint32		hash = period_hash(tenant, meter, period_start);
+	LOCKTAG		tag;
+	int			i;
+	int16		k;
+
+	if (stripes_taken_lxid != FM_MY_LOCAL_XID)
+	{
+		stripes_taken_lxid = FM_MY_LOCAL_XID;
+		nstripes_taken = 0;
+	}
+	for (i = 0; i < nstripes_taken; i++)
+	{
+		if (stripes_taken[i].period_hash != hash)
+			continue;
+		stripe_tag(&tag, hash, stripes_taken[i].stripe);
+		if (fm_lock_held_by_me(&tag, ExclusiveLock))
+			return stripes_taken[i].stripe;
+		/* a rolled-back subtransaction released it: choose again */
+		stripes_taken[i] = stripes_taken[--nstripes_taken];
+		break;
+	}
+	if (nstripes_taken == FM_MAX_STRIPE_TAGS)
+		return own_stripe();
+	for (k = 1; k <= fm_stripes; k++)
+	{
+		stripe_tag(&tag, hash, k);
+		if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		{
+			stripes_taken[nstripes_taken].period_hash = hash;
+			stripes_taken[nstripes_taken].stripe = k;
+			nstripes_taken++;
+			return k;
+		}
+	}
+	return own_stripe();
 }
 
 /* Serialize against recount_current_period; see the file header. */
@@ -779,7 +878,7 @@ announce_after_track(const char *tenant, const char *meter, const FmLimit *limit
  * track(tenant, meter, amount, occurred_at, idempotency_key) -> boolean
  *
  * Records amount in the period containing occurred_at: a raw event row
- * and an increment of a stripe (see track_free_stripe_stmt).  Returns
+ * and an increment of a stripe (see pick_stripe).  Returns
  * false, recording nothing, when the key is already recorded.  Writes no
  * row that another transaction holds (in REPEATABLE READ, unless two
  * backends share a stripe), so writers of one tenant do not queue behind
@@ -828,8 +927,8 @@ fm_track(PG_FUNCTION_ARGS)
 	}
 
 	/*
-	 * One statement (two when no stripe is free): the raw event and the
-	 * stripe's increment.  A stripe whose usage would overflow raises 22003
+	 * One statement (two when the stripe does not exist yet): the raw event
+	 * and the stripe's increment.  A stripe whose usage would overflow raises 22003
 	 * and rolls the event back; so does the period's total when it is read.
 	 */
 	delta = empty_counter();
@@ -841,17 +940,20 @@ fm_track(PG_FUNCTION_ARGS)
 	args[4] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	args[5] = key ? CStringGetTextDatum(key) : (Datum) 0;
 	args[6] = TimestampTzGetDatum(period_start);
-	args[7] = Int16GetDatum(my_stripe());
 	args[8] = FmCounterPGetDatum(&delta);
 	if (IsolationUsesXactSnapshot())
-		fm_execute(&track_event_own_stripe_stmt, args, key ? NULL : "     n   ",
+	{
+		args[7] = Int16GetDatum(own_stripe());
+		fm_execute(&track_add_to_stripe_stmt, args, key ? NULL : "     n   ",
 				   false, 0);
+	}
 	else
 	{
-		fm_execute(&track_free_stripe_stmt, args, key ? NULL : "     n   ",
+		args[7] = Int16GetDatum(pick_stripe(tenant, meter, period_start));
+		fm_execute(&track_update_stripe_stmt, args, key ? NULL : "     n   ",
 				   false, 0);
 		if (SPI_processed == 0)
-			fm_execute(&track_own_stripe_stmt, args, NULL, false, 0);
+			fm_execute(&add_to_stripe_stmt, args, NULL, false, 0);
 	}
 	if (SPI_processed != 1)
 		elog(ERROR, "track wrote " UINT64_FORMAT " counter rows of tenant \"%s\" meter \"%s\"",
@@ -1078,7 +1180,7 @@ read_due_periods(char **tenants, char **meters, BatchGroupEntry **glist,
 	if (nrecheck == 0)
 		return;
 	period_array_args(args, r_tenants, r_meters, r_starts, nrecheck);
-	args[3] = Int16GetDatum(my_stripe());
+	args[3] = Int16GetDatum(own_stripe());
 	args[4] = int8_array(r_at, nrecheck);
 	args[5] = PointerGetDatum(construct_array(r_for, nrecheck, INT4OID, 4, true, TYPALIGN_INT));
 	fm_execute(&set_recheck_batch_stmt, args, NULL, false, 0);
@@ -1289,7 +1391,7 @@ fm_track_batch(PG_FUNCTION_ARGS)
 					g++;
 				}
 				period_array_args(args, g_tenants, g_meters, g_starts, ngroups);
-				args[3] = Int16GetDatum(my_stripe());
+				args[3] = Int16GetDatum(own_stripe());
 				args[4] = PointerGetDatum(construct_array(g_counters, ngroups, fm_counter_type_oid(),
 														  FM_COUNTER_SIZE, false, TYPALIGN_DOUBLE));
 				fm_execute(&add_to_stripes_batch_stmt, args, NULL, false, 0);
@@ -1690,6 +1792,35 @@ compare_void_items(const void *a, const void *b)
 }
 
 /*
+ * void: take the stripe tags of the period's track stripes, in stripe
+ * order, waiting for the transactions tracking into them, before locking
+ * the rows.  A track while the void holds the period then finds those tags
+ * taken and writes another stripe (one the void leaves alone) instead of
+ * waiting for the void's row locks.
+ */
+static void
+take_track_stripe_tags(const char *tenant, const char *meter,
+					   TimestampTz period_start)
+{
+	uint32		hash = period_hash(tenant, meter, period_start);
+	Datum		args[3];
+	uint64		i;
+
+	period_args(args, tenant, meter, period_start);
+	fm_execute(&track_stripes_stmt, args, NULL, false, 0);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		LOCKTAG		tag;
+		bool		isnull;
+
+		stripe_tag(&tag, hash,
+				   DatumGetInt16(SPI_getbinval(SPI_tuptable->vals[i],
+											   SPI_tuptable->tupdesc, 2, &isnull)));
+		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	}
+}
+
+/*
  * Take one voided event out of the counters of its period: the track
  * stripes and then stripe 0 are locked and folded into stripe 0 minus the
  * event, since the event may sit in any stripe.  A stripe that a
@@ -1717,6 +1848,7 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, item->occurred_at,
 					 &period_start, &period_end);
 
+	take_track_stripe_tags(tenant, item->meter, period_start);
 	period_args(args, tenant, item->meter, period_start);
 	fm_execute(&lock_track_stripes_stmt, args, NULL, false, 0);
 	total = merge_result_rows();

@@ -24,8 +24,12 @@
 
 #if PG_VERSION_NUM >= 170000
 #define FM_MY_BACKEND_NUMBER MyProcNumber
+#define FM_MY_LOCAL_XID (MyProc->vxid.lxid)
+#define fm_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode), false)
 #else
 #define FM_MY_BACKEND_NUMBER MyBackendId
+#define FM_MY_LOCAL_XID (MyProc->lxid)
+#define fm_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode))
 #endif
 
 #endif							/* FLAGMETER_COMPAT_H */

@@ -5,12 +5,12 @@
 --   events      one insert-only row per recorded event (audit, rollups,
 --               recounts);
 --   counters    per tenant, meter and period, a few quota_counter rows:
---               stripe 0 is the row consume locks and updates, stripes 1..N
+--               stripe 0 is the row consume locks and updates, the others
 --               take track's increments, each in a stripe no other
---               transaction holds, so concurrent trackers of one tenant do
---               not queue behind each other.  The
---               period's usage is the merge of its rows: O(stripes), not
---               O(events);
+--               transaction holds (src/accounting.c, pick_stripe), so
+--               concurrent trackers of one tenant do not queue behind each
+--               other.  The period's usage is the merge of its rows:
+--               O(stripes), not O(events);
 --   event_keys  idempotency keys and the decisions given for them.
 -- ---------------------------------------------------------------------------
 

@@ -147,6 +147,32 @@ SELECT used(usage('b1', 'api_calls', '2026-02-01')) AS b1_calls,
        used(usage('b1', 'tokens', '2026-02-01')) AS b1_tokens,
        used(usage('b2', 'api_calls')) AS b2_calls;
 
+-- Which stripe a track writes (src/accounting.c, pick_stripe) ----------------------
+-- READ COMMITTED: the lowest shared stripe (1..flagmeter.stripes) whose tag no
+-- other transaction holds, kept for the rest of the transaction; past 16
+-- periods in one transaction (each tag is a lock table entry), and always in
+-- REPEATABLE READ and track_batch: the backend's own stripe, above the shared ones.
+SET flagmeter.stripes = 4;
+BEGIN;
+SELECT count(track('striped-' || i, 'api_calls')) FROM generate_series(1, 20) i;
+SELECT count(*) AS stripe_tags FROM pg_locks
+WHERE locktype = 'advisory' AND pid = pg_backend_pid();
+SELECT track('striped-1', 'api_calls'), track('striped-20', 'api_calls');
+SELECT count(*) AS stripe_tags FROM pg_locks
+WHERE locktype = 'advisory' AND pid = pg_backend_pid();
+COMMIT;
+SELECT CASE WHEN stripe = 1 THEN 'shared 1' WHEN stripe BETWEEN 5 AND 8 THEN 'own'
+            ELSE stripe::text END AS stripe,
+       count(*) AS periods, sum(used(counter)) AS used
+FROM counters WHERE tenant LIKE 'striped-%' GROUP BY 1 ORDER BY 1;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT track('striped-1', 'api_calls');
+COMMIT;
+SELECT track_batch(ARRAY['striped-1'], ARRAY['api_calls'], ARRAY[1]);
+SELECT stripe BETWEEN 5 AND 8 AS own_stripe, used(counter)
+FROM counters WHERE tenant = 'striped-1' ORDER BY stripe;
+RESET flagmeter.stripes;
+
 -- Bad input: a specific SQLSTATE, and nothing written --------------------------------
 SELECT count(*) AS events_before FROM events \gset
 SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
