@@ -47,8 +47,8 @@ fm_aggregation_name(FmAggregation aggregation)
 	return "sum";				/* keep compiler quiet */
 }
 
-static FmAggregation
-aggregation_from_name(const char *name)
+FmAggregation
+fm_aggregation_from_name(const char *name)
 {
 	if (strcmp(name, "sum") == 0)
 		return FM_AGG_SUM;
@@ -350,7 +350,7 @@ plan_limit(const char *plan, const char *tenant, const char *meter, bool read_on
 	row = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
 	loaded.aggregation =
-		aggregation_from_name(TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull)));
+		fm_aggregation_from_name(TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull)));
 	d = SPI_getbinval(row, desc, 2, &isnull);
 	loaded.limited = !isnull;
 	if (loaded.limited)
@@ -478,30 +478,46 @@ fm_decide(const FmLimit *limit, const FmCounter *current, int64 amount,
 		  FmDecision *decision, FmCounter *after)
 {
 	FmCounter	next = *current;
-	int64		used_after;
+	bool		granted;
 
 	fm_counter_report(fm_counter_add_event(&next, amount, at));
-	used_after = fm_used_of(&next, limit->aggregation);
+	granted = fm_fits_limit(limit->limited, limit->hard, limit->quota,
+							fm_used_of(&next, limit->aggregation));
+	fm_decision_at(limit, granted,
+				   (record && granted) ? fm_used_of(&next, limit->aggregation) :
+				   fm_used_of(current, limit->aggregation),
+				   period_end, decision);
+	if (after)
+		*after = next;
+}
 
-	decision->granted = !limit->limited || !limit->hard ||
-		used_after <= limit->quota;
-	decision->used = (record && decision->granted) ?
-		used_after : fm_used_of(current, limit->aggregation);
+/* Whether usage used_after stays within a limit (always, unless hard). */
+bool
+fm_fits_limit(bool limited, bool hard, int64 quota, int64 used_after)
+{
+	return !limited || !hard || used_after <= quota;
+}
+
+/* A decision whose usage (after recording, when granted and recorded) is used. */
+void
+fm_decision_at(const FmLimit *limit, bool granted, int64 used,
+			   TimestampTz period_end, FmDecision *decision)
+{
+	decision->granted = granted;
+	decision->used = used;
 	decision->limited = limit->limited;
 	decision->quota = limit->quota;
 	decision->remaining = 0;
 	decision->overage = 0;
 	if (limit->limited)
 	{
-		if (decision->used < limit->quota)
-			decision->remaining = limit->quota - decision->used;
+		if (used < limit->quota)
+			decision->remaining = limit->quota - used;
 		else
-			decision->overage = decision->used - limit->quota;
+			decision->overage = used - limit->quota;
 	}
 	decision->resets = limit->period != FM_PERIOD_LIFETIME;
 	decision->resets_at = period_end;
-	if (after)
-		*after = next;
 }
 
 /* ---------------------------------------------------------------------

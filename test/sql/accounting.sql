@@ -87,7 +87,19 @@ SELECT used(usage('umbrella', 'api_calls')) AS today_again;
 -- consume: hard, soft, unlimited --------------------------------------------------
 -- acme has used 5 of 10 api_calls (lifetime)
 SELECT granted, used, quota, remaining, resets_at, overage, meter FROM consume('acme', 'api_calls', 5);
+SELECT count(*) AS events_before FROM events \gset
 SELECT granted, used, quota, remaining, overage FROM consume('acme', 'api_calls', 1);	-- refused
+-- a refusal writes nothing: consume inserts its event before it locks stripe 0
+-- and deletes it when refused (src/accounting.c, consume_one); also on the
+-- period's first consume (no stripe 0 yet), and for a count meter
+SELECT assign_plan('newco', 'free', '2026-01-31 10:00:00+00', 'UTC'),
+       override_limit('newco', 'requests', 2, 'lifetime');
+SELECT granted, used, remaining FROM consume('newco', 'api_calls', 11);	-- refused
+SELECT granted, used, remaining FROM consume('newco', 'api_calls', 10);
+SELECT granted, used, remaining FROM consume('newco', 'requests', 5);
+SELECT granted, used, remaining FROM consume('newco', 'requests', 5);
+SELECT granted, used, remaining FROM consume('newco', 'requests', 5);	-- refused: 3 events > 2
+SELECT count(*) - :events_before AS events_written FROM events;	-- the three granted
 SELECT granted, used, quota, remaining, overage FROM consume('hooli', 'api_calls', 15);	-- soft: overage
 SELECT granted, used, quota, remaining, overage FROM consume('hooli', 'api_calls', 1);
 SELECT granted, used, quota, remaining, overage FROM consume('stranger', 'api_calls', 1000);
