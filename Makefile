@@ -16,6 +16,7 @@ OBJS = \
 	src/period.o \
 	src/statements.o \
 	src/limits.o \
+	src/shared_limits.o \
 	src/accounting.o \
 	src/notify.o \
 	src/invalidate.o

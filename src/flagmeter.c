@@ -11,6 +11,7 @@
 #include "accounting.h"
 #include "limits.h"
 #include "notify.h"
+#include "shared_limits.h"
 
 PG_MODULE_MAGIC;
 
@@ -21,6 +22,7 @@ _PG_init(void)
 {
 	fm_accounting_init();
 	fm_limits_init();
+	fm_shared_limits_init();
 	fm_notify_init();
 	MarkGUCPrefixReserved("flagmeter");
 }

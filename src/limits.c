@@ -27,6 +27,7 @@
 #include "counter.h"
 #include "limits.h"
 #include "pk_scan.h"
+#include "shared_limits.h"
 #include "statements.h"
 
 
@@ -81,6 +82,25 @@ typedef struct LimitCacheKey
 	char		meter[FM_NAME_MAX_BYTES + 1];
 } LimitCacheKey;
 
+/* hashed and compared by the strings, not the padded 320 bytes */
+static uint32
+limit_cache_key_hash(const void *key, Size keysize)
+{
+	const LimitCacheKey *k = key;
+
+	return hash_combine(hash_bytes((const unsigned char *) k->tenant, strlen(k->tenant)),
+						hash_bytes((const unsigned char *) k->meter, strlen(k->meter)));
+}
+
+static int
+limit_cache_key_match(const void *key1, const void *key2, Size keysize)
+{
+	const LimitCacheKey *a = key1;
+	const LimitCacheKey *b = key2;
+
+	return strcmp(a->tenant, b->tenant) != 0 || strcmp(a->meter, b->meter) != 0;
+}
+
 typedef struct LimitCacheEntry
 {
 	LimitCacheKey key;
@@ -129,11 +149,15 @@ limits_relcache_callback(Datum arg, Oid relid)
 	if (relid == InvalidOid)
 	{
 		limit_cache_valid = false;
+		fm_shared_limits_invalidate();
 		return;
 	}
 	for (i = 0; i < (int) lengthof(watched_relids); i++)
 		if (watched_relids[i] == relid)
+		{
 			limit_cache_valid = false;
+			fm_shared_limits_invalidate();
+		}
 }
 
 void
@@ -156,7 +180,10 @@ reset_limit_cache(void)
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(LimitCacheKey);
 	ctl.entrysize = sizeof(LimitCacheEntry);
-	limit_cache = hash_create("flagmeter limits", 256, &ctl, HASH_ELEM | HASH_BLOBS);
+	ctl.hash = limit_cache_key_hash;
+	ctl.match = limit_cache_key_match;
+	limit_cache = hash_create("flagmeter limits", 256, &ctl,
+							  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE);
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(PlanLimitKey);
 	ctl.entrysize = sizeof(PlanLimitEntry);
@@ -190,7 +217,14 @@ fm_load_limit(const char *tenant, const char *meter, bool read_only,
 	{
 		FmLimit		loaded;
 
-		load_limit_from_catalog(tenant, meter, read_only, &loaded);
+		/* the shared cache's generation is read before the load's snapshot */
+		if (!fm_shared_limit_get(watched_relids[0], tenant, meter, &loaded))
+		{
+			uint64		generation = fm_shared_limits_generation();
+
+			load_limit_from_catalog(tenant, meter, read_only, &loaded);
+			fm_shared_limit_put(watched_relids[0], tenant, meter, generation, &loaded);
+		}
 		/* an invalidation may have arrived while loading: then do not keep it */
 		if (!limit_cache_valid)
 		{
@@ -256,6 +290,7 @@ fm_config_changed(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("flagmeter.config_changed() must be called as a trigger")));
 	CacheInvalidateRelcache(trigdata->tg_relation);
+	fm_shared_limits_changed();
 	return PointerGetDatum(NULL);
 }
 

@@ -203,7 +203,9 @@ fm_pick_port() {
 # start_cluster: initdb + start a throwaway server in $FM_TMP/data, owned by
 # the unprivileged user, reachable only through the unix socket in $FM_TMP.
 # pg_cron is preloaded (flagmeter may schedule jobs with it); pg_cron only
-# works in the database named by cron.database_name.  fsync & co. are left
+# works in the database named by cron.database_name.  flagmeter is preloaded
+# too, for its shared limit cache (the TAP tests' own clusters run without
+# it, so both ways are tested).  fsync & co. are left
 # at their defaults on purpose.  Exports PGHOST/PGPORT/PGUSER for the caller.
 start_cluster() {
 	FM_PORT=$(fm_pick_port)
@@ -226,7 +228,7 @@ start_cluster() {
 port = $FM_PORT
 listen_addresses = ''
 unix_socket_directories = '$FM_TMP'
-shared_preload_libraries = 'pg_cron'
+shared_preload_libraries = 'pg_cron,flagmeter'
 cron.database_name = 'postgres'
 EOF
 

@@ -149,6 +149,18 @@ LANGUAGE C STABLE CALLED ON NULL INPUT PARALLEL SAFE;
 COMMENT ON FUNCTION flagmeter.limit_in_force(text, text) IS
 'the limit in force for a tenant and meter as track, consume and check use it (this backend''s cache); equals limit_config() but for plan; an unknown meter is an error';
 
+-- The limit cache all backends share when flagmeter is in
+-- shared_preload_libraries (src/shared_limits.c): its size, use and
+-- generation (bumped by every configuration change).
+CREATE FUNCTION flagmeter.shared_limit_cache(
+	OUT capacity integer, OUT entries bigint, OUT generation bigint,
+	OUT hits bigint, OUT loads bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'fm_shared_limit_cache'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+COMMENT ON FUNCTION flagmeter.shared_limit_cache() IS
+'the limit cache shared by all backends (flagmeter preloaded): capacity (flagmeter.shared_limits), entries, generation, limits found in it and limits read from the catalog since the server started; all NULL when flagmeter is not preloaded';
+
 CREATE VIEW flagmeter.effective_limits AS
 SELECT t.tenant, m.meter, c.aggregation, c.quota, c.period, c.mode, c.thresholds,
        c.plan, c.anchor, c.timezone

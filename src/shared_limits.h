@@ -1,0 +1,33 @@
+/*
+ * shared_limits.h
+ *	  The limit cache all backends share when flagmeter is preloaded
+ *	  (shared_limits.c).
+ */
+#ifndef FLAGMETER_SHARED_LIMITS_H
+#define FLAGMETER_SHARED_LIMITS_H
+
+#include "postgres.h"
+
+#include "limits.h"
+
+/* from _PG_init: sets up the shared table when preloading, else nothing */
+extern void fm_shared_limits_init(void);
+extern bool fm_shared_limits_enabled(void);
+
+/* the generation to store a limit with: read it before the load's snapshot */
+extern uint64 fm_shared_limits_generation(void);
+/*
+ * The limit, when the table has it in the current generation; scope is the
+ * OID of a table of the extension (it changes when the extension does).
+ */
+extern bool fm_shared_limit_get(Oid scope, const char *tenant, const char *meter,
+								FmLimit *limit);
+extern void fm_shared_limit_put(Oid scope, const char *tenant, const char *meter,
+								uint64 generation, const FmLimit *limit);
+
+/* no entry stored so far is used any more */
+extern void fm_shared_limits_invalidate(void);
+/* this transaction changes the configuration: invalidate when it commits */
+extern void fm_shared_limits_changed(void);
+
+#endif							/* FLAGMETER_SHARED_LIMITS_H */
