@@ -266,21 +266,21 @@ static FmStatement log_void_stmt = {
 	6, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID}
 };
 
-/* a period's track stripes, in stripe order: (counter, stripe) */
+/* a period's track stripes: (counter, stripe) */
 #define TRACK_STRIPES \
 	"SELECT counter, stripe FROM flagmeter.counters" \
 	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3" \
-	" AND stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2" \
-	" ORDER BY stripe"
+	" AND stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2"
 
 static FmStatement track_stripes_stmt = {
-	TRACK_STRIPES,
+	TRACK_STRIPES " ORDER BY stripe",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
+/* the ones void found (and tagged), in stripe order */
 static FmStatement lock_track_stripes_stmt = {
-	TRACK_STRIPES " FOR UPDATE",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	TRACK_STRIPES " AND stripe OPERATOR(pg_catalog.=) ANY ($4) ORDER BY stripe FOR UPDATE",
+	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2ARRAYOID}
 };
 
 /*
@@ -1612,10 +1612,13 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 	fm_execute(update, args, bounded ? NULL : "    n", false, 0);
 	if (SPI_processed == 0)
 	{
-		/* no stripe 0 yet, or no room: create it, and try once more */
+		/*
+		 * No room, or no stripe 0 in this statement's snapshot: create it
+		 * (a concurrent consume may have, after the snapshot; then this
+		 * waits for it to commit) and decide again in a newer snapshot.
+		 */
 		fm_execute(&create_stripe0_stmt, args, NULL, false, 0);
-		if (SPI_processed == 1)
-			fm_execute(update, args, bounded ? NULL : "    n", false, 0);
+		fm_execute(update, args, bounded ? NULL : "    n", false, 0);
 	}
 
 	if (SPI_processed == 1)
@@ -1973,48 +1976,45 @@ compare_void_items(const void *a, const void *b)
 }
 
 /*
- * void: take the stripe tags of the period's track stripes, in stripe
- * order, waiting for the transactions tracking into them, before locking
- * the rows.  A track while the void holds the period then finds those tags
- * taken and writes another stripe (one the void leaves alone) instead of
- * waiting for the void's row locks.
+ * void: the period's track stripes (an int2[]), having taken the stripe
+ * tags of the shared ones, in stripe order, waiting for the transactions
+ * tracking into them.  void then locks exactly these rows: a track while
+ * the void holds the period finds their tags taken and writes another
+ * stripe (one the void leaves alone) instead of waiting for its row locks.
+ * The event being voided committed before, so its usage is in one of these
+ * rows or already in stripe 0.
  */
-static void
+static ArrayType *
 take_track_stripe_tags(const char *tenant, const char *meter,
 					   TimestampTz period_start)
 {
 	uint32		hash = period_hash(tenant, meter, period_start);
 	Datum		args[3];
+	Datum	   *stripes;
 	uint64		i;
 
 	period_args(args, tenant, meter, period_start);
 	fm_execute(&track_stripes_stmt, args, NULL, false, 0);
+	stripes = palloc(sizeof(Datum) * Max(SPI_processed, 1));
 	for (i = 0; i < SPI_processed; i++)
 	{
-		LOCKTAG		tag;
 		bool		isnull;
+		int16		stripe = DatumGetInt16(SPI_getbinval(SPI_tuptable->vals[i],
+														 SPI_tuptable->tupdesc, 2, &isnull));
 
-		stripe_tag(&tag, hash,
-				   DatumGetInt16(SPI_getbinval(SPI_tuptable->vals[i],
-											   SPI_tuptable->tupdesc, 2, &isnull)));
-		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+		stripes[i] = Int16GetDatum(stripe);
+		if (stripe <= fm_stripes)
+		{
+			LOCKTAG		tag;
+
+			stripe_tag(&tag, hash, stripe);
+			(void) LockAcquire(&tag, ExclusiveLock, false, false);
+		}
 	}
+	return construct_array(stripes, (int) SPI_processed, INT2OID, 2, true,
+						   TYPALIGN_SHORT);
 }
 
-/*
- * Take one voided event out of the counters of its period: the track
- * stripes and then stripe 0 are locked and folded into stripe 0 minus the
- * event, since the event may sit in any stripe.  A stripe that a
- * concurrent track creates meanwhile is not locked, not merged and not
- * deleted.
- *
- * Track stripes before stripe 0: a transaction that tracked (holding a
- * stripe it picked, possibly one that existed before) and then voids
- * would otherwise deadlock with a void that holds stripe 0 and waits for
- * that stripe.  Two voids still serialize, on the first stripe: the
- * second, once the first commits, finds the stripes it waited for deleted
- * (a locking read skips them) and stripe 0 holding their merge.
- */
 static void
 void_in_counters(const char *tenant, const VoidItem *item)
 {
@@ -2023,14 +2023,16 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	TimestampTz period_end;
 	FmCounter	total;
 	Datum		args[4];
+	ArrayType  *found;
 	ArrayType  *locked;
 
 	fm_load_limit(tenant, item->meter, false, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, item->occurred_at,
 					 &period_start, &period_end);
 
-	take_track_stripe_tags(tenant, item->meter, period_start);
+	found = take_track_stripe_tags(tenant, item->meter, period_start);
 	period_args(args, tenant, item->meter, period_start);
+	args[3] = PointerGetDatum(found);
 	fm_execute(&lock_track_stripes_stmt, args, NULL, false, 0);
 	total = merge_result_rows();
 	{

@@ -10,6 +10,7 @@
 
 #include "catalog/pg_type.h"
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
@@ -114,6 +115,8 @@ typedef struct LimitCacheEntry
 
 static HTAB *limit_cache = NULL;
 static bool limit_cache_valid = false;
+/* the shared cache's generation when this backend's caches were emptied */
+static uint64 limit_cache_generation = 0;
 static Oid	watched_relids[5];
 
 /*
@@ -191,6 +194,7 @@ reset_limit_cache(void)
 								   HASH_ELEM | HASH_BLOBS);
 	for (i = 0; i < (int) lengthof(watched); i++)
 		watched_relids[i] = fm_relation_oid(watched[i]);
+	limit_cache_generation = fm_shared_limits_generation();
 	limit_cache_valid = true;
 }
 
@@ -205,8 +209,15 @@ fm_load_limit(const char *tenant, const char *meter, bool read_only,
 	LimitCacheEntry *entry;
 	bool		found;
 
+	/*
+	 * A configuration change another backend committed bumps the shared
+	 * generation at once; this backend's invalidation may come later (not
+	 * before its next lock).  Its own caches follow the shared generation,
+	 * so that what it loads may be shared.
+	 */
 	if (!limit_cache_valid || limit_cache == NULL ||
-		hash_get_num_entries(limit_cache) > LIMIT_CACHE_MAX)
+		hash_get_num_entries(limit_cache) > LIMIT_CACHE_MAX ||
+		limit_cache_generation != fm_shared_limits_generation())
 		reset_limit_cache();
 
 	memset(&key, 0, sizeof(key));
@@ -217,13 +228,22 @@ fm_load_limit(const char *tenant, const char *meter, bool read_only,
 	{
 		FmLimit		loaded;
 
-		/* the shared cache's generation is read before the load's snapshot */
 		if (!fm_shared_limit_get(watched_relids[0], tenant, meter, &loaded))
 		{
+			/*
+			 * Shared only when loaded in a snapshot taken after the
+			 * generation was read (READ COMMITTED, not read-only: a fresh
+			 * one), with this backend's plan cache of that generation: a
+			 * limit loaded from an older snapshot would otherwise carry the
+			 * generation of a change it does not show.
+			 */
 			uint64		generation = fm_shared_limits_generation();
+			bool		shareable = !read_only && !IsolationUsesXactSnapshot() &&
+				generation == limit_cache_generation;
 
 			load_limit_from_catalog(tenant, meter, read_only, &loaded);
-			fm_shared_limit_put(watched_relids[0], tenant, meter, generation, &loaded);
+			if (shareable)
+				fm_shared_limit_put(watched_relids[0], tenant, meter, generation, &loaded);
 		}
 		/* an invalidation may have arrived while loading: then do not keep it */
 		if (!limit_cache_valid)

@@ -15,11 +15,13 @@
  * the transaction that made it (fm_shared_limits_changed, called by the
  * tables' trigger; the commit callback runs after the commit is visible and
  * before the transaction's locks are released), and again whenever a
- * backend takes the change's relcache invalidation (prepared transactions
- * commit elsewhere).  A backend reads the generation before it takes the
+ * backend takes the change's relcache invalidation.  Such a transaction
+ * cannot be prepared (its COMMIT PREPARED would run no callback of ours).  A backend reads the generation before it takes the
  * snapshot it loads a limit in and stores the limit with that generation:
  * a limit loaded from a snapshot older than a change carries a generation
- * older than the bump that followed the change, and is never used.  So the
+ * older than the bump that followed the change, and is never used.  Only
+ * limits loaded in such a fresh snapshot are stored (limits.c): read-only
+ * and REPEATABLE READ calls load in older ones.  So the
  * shared cache keeps the promise of the per-backend one (limits.c): a call
  * never runs on a configuration older than the last change committed
  * before its lock on flagmeter.counters.
@@ -150,9 +152,11 @@ shared_limits_startup(void)
 	info.entrysize = sizeof(SharedLimitEntry);
 	info.hash = shared_limit_key_hash;
 	info.match = shared_limit_key_match;
+	/* fixed size: all entries allocated here, none taken from the lock table's slack */
 	shared_limits = ShmemInitHash("flagmeter shared limits",
 								  shared_limits_size, shared_limits_size,
-								  &info, HASH_ELEM | HASH_FUNCTION | HASH_COMPARE);
+								  &info, HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
+								  HASH_FIXED_SIZE);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -163,10 +167,21 @@ shared_limits_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PREPARE:
 			if (changed_in_xact)
 				fm_shared_limits_invalidate();
 			changed_in_xact = false;
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			/*
+			 * COMMIT PREPARED may run in another backend, later, with no
+			 * commit callback of ours to invalidate the shared cache.
+			 */
+			if (changed_in_xact)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot prepare a transaction that changed flagmeter's configuration"),
+						 errdetail("flagmeter is preloaded, and its shared limit cache is invalidated when such a transaction commits."),
+						 errhint("Commit the configuration change in a transaction of its own, or set flagmeter.shared_limits = 0.")));
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
