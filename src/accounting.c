@@ -146,10 +146,14 @@ static FmStatement lock_for_consume_stmt = {
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
+/* a period's stripe 0: (counter) */
+#define STRIPE0 \
+	"SELECT counter FROM flagmeter.counters" \
+	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3" \
+	" AND stripe" EQ "0::pg_catalog.int2"
+
 static FmStatement lock_stripe0_stmt = {
-	"SELECT counter FROM flagmeter.counters"
-	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
-	" AND stripe" EQ "0::pg_catalog.int2 FOR UPDATE",
+	STRIPE0 " FOR UPDATE",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
@@ -222,9 +226,7 @@ static FmStatement consume_count_stmt = {
 
 /* a refused consume_one's figures: stripe 0 as last committed */
 static FmStatement read_stripe0_stmt = {
-	"SELECT counter FROM flagmeter.counters"
-	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
-	" AND stripe" EQ "0::pg_catalog.int2",
+	STRIPE0,
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
@@ -528,6 +530,22 @@ merge_result_rows(void)
 			fm_counter_report(fm_counter_merge(&total, DatumGetFmCounterP(d)));
 	}
 	return total;
+}
+
+/* The stripe column (the second) of the last statement's rows, as an int2[]. */
+static ArrayType *
+result_stripes(void)
+{
+	Datum	   *stripes = palloc(sizeof(Datum) * Max(SPI_processed, 1));
+	uint64		i;
+
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		stripes[i] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
+	}
+	return construct_array(stripes, (int) SPI_processed, INT2OID, 2, true, TYPALIGN_SHORT);
 }
 
 /* The arguments (tenant, meter, period_start) of the per-period statements. */
@@ -1623,11 +1641,9 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 
 	if (SPI_processed == 1)
 	{
-		FmCounter	after = tracked;
-		bool		isnull;
+		FmCounter	after = merge_result_rows();	/* stripe 0, as updated */
 
-		fm_counter_report(fm_counter_merge(&after, DatumGetFmCounterP(
-			SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull))));
+		fm_counter_report(fm_counter_merge(&after, &tracked));
 		fm_decision_at(limit, true, fm_used_of(&after, limit->aggregation),
 					   item->period_end, decision);
 		if (limit->limited)
@@ -1638,20 +1654,15 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 	else
 	{
 		Relation	rel = table_open(event_rel, RowExclusiveLock);
-		FmCounter	current = tracked;
+		FmCounter	current;
 		FmCounter	after_refusal;
 
 		simple_table_tuple_delete(rel, &event_tid, GetActiveSnapshot());
 		table_close(rel, RowExclusiveLock);
 
 		fm_execute(&read_stripe0_stmt, args, NULL, false, 0);
-		if (SPI_processed == 1)
-		{
-			bool		isnull;
-
-			fm_counter_report(fm_counter_merge(&current, DatumGetFmCounterP(
-				SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull))));
-		}
+		current = merge_result_rows();
+		fm_counter_report(fm_counter_merge(&current, &tracked));
 		/* as consume_items: usage that the event would overflow is an error */
 		after_refusal = current;
 		fm_counter_report(fm_counter_add_event(&after_refusal, item->amount, now));
@@ -1990,31 +2001,43 @@ take_track_stripe_tags(const char *tenant, const char *meter,
 {
 	uint32		hash = period_hash(tenant, meter, period_start);
 	Datum		args[3];
-	Datum	   *stripes;
-	uint64		i;
+	ArrayType  *found;
+	int16	   *stripes;
+	int			n,
+				i;
 
 	period_args(args, tenant, meter, period_start);
 	fm_execute(&track_stripes_stmt, args, NULL, false, 0);
-	stripes = palloc(sizeof(Datum) * Max(SPI_processed, 1));
-	for (i = 0; i < SPI_processed; i++)
+	found = result_stripes();
+	stripes = (int16 *) ARR_DATA_PTR(found);
+	n = ArrayGetNItems(ARR_NDIM(found), ARR_DIMS(found));
+	for (i = 0; i < n; i++)
 	{
-		bool		isnull;
-		int16		stripe = DatumGetInt16(SPI_getbinval(SPI_tuptable->vals[i],
-														 SPI_tuptable->tupdesc, 2, &isnull));
-
-		stripes[i] = Int16GetDatum(stripe);
-		if (stripe <= fm_stripes)
+		if (stripes[i] <= fm_stripes)
 		{
 			LOCKTAG		tag;
 
-			stripe_tag(&tag, hash, stripe);
+			stripe_tag(&tag, hash, stripes[i]);
 			(void) LockAcquire(&tag, ExclusiveLock, false, false);
 		}
 	}
-	return construct_array(stripes, (int) SPI_processed, INT2OID, 2, true,
-						   TYPALIGN_SHORT);
+	return found;
 }
 
+/*
+ * Take one voided event out of the counters of its period: the track
+ * stripes that exist (take_track_stripe_tags) and then stripe 0 are locked
+ * and folded into stripe 0 minus the event, since the event may sit in any
+ * of them.  A stripe that a concurrent track creates meanwhile is not
+ * locked, not merged and not deleted.
+ *
+ * Track stripes before stripe 0: a transaction that tracked (holding a
+ * stripe) and then voids would otherwise deadlock with a void that holds
+ * stripe 0 and waits for that stripe.  Two voids serialize on the first
+ * stripe tag: the second, once the first commits, finds the stripes it
+ * waited for deleted (a locking read skips them) and stripe 0 holding
+ * their merge.
+ */
 static void
 void_in_counters(const char *tenant, const VoidItem *item)
 {
@@ -2035,17 +2058,7 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	args[3] = PointerGetDatum(found);
 	fm_execute(&lock_track_stripes_stmt, args, NULL, false, 0);
 	total = merge_result_rows();
-	{
-		Datum	   *stripes = palloc(sizeof(Datum) * Max(SPI_processed, 1));
-		uint64		i;
-		bool		isnull;
-
-		for (i = 0; i < SPI_processed; i++)
-			stripes[i] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-									   2, &isnull);
-		locked = construct_array(stripes, (int) SPI_processed, INT2OID, 2, true,
-								 TYPALIGN_SHORT);
-	}
+	locked = result_stripes();
 	lock_stripe0(tenant, item->meter, period_start);
 	{
 		FmCounter	stripe0 = merge_result_rows();

@@ -49,8 +49,8 @@ fm_aggregation_name(FmAggregation aggregation)
 	return "sum";				/* keep compiler quiet */
 }
 
-FmAggregation
-fm_aggregation_from_name(const char *name)
+static FmAggregation
+aggregation_from_name(const char *name)
 {
 	if (strcmp(name, "sum") == 0)
 		return FM_AGG_SUM;
@@ -405,7 +405,7 @@ plan_limit(const char *plan, const char *tenant, const char *meter, bool read_on
 	row = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
 	loaded.aggregation =
-		fm_aggregation_from_name(TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull)));
+		aggregation_from_name(TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull)));
 	d = SPI_getbinval(row, desc, 2, &isnull);
 	loaded.limited = !isnull;
 	if (loaded.limited)
@@ -533,24 +533,17 @@ fm_decide(const FmLimit *limit, const FmCounter *current, int64 amount,
 		  FmDecision *decision, FmCounter *after)
 {
 	FmCounter	next = *current;
+	int64		used_after;
 	bool		granted;
 
 	fm_counter_report(fm_counter_add_event(&next, amount, at));
-	granted = fm_fits_limit(limit->limited, limit->hard, limit->quota,
-							fm_used_of(&next, limit->aggregation));
+	used_after = fm_used_of(&next, limit->aggregation);
+	granted = !limit->limited || !limit->hard || used_after <= limit->quota;
 	fm_decision_at(limit, granted,
-				   (record && granted) ? fm_used_of(&next, limit->aggregation) :
-				   fm_used_of(current, limit->aggregation),
+				   (record && granted) ? used_after : fm_used_of(current, limit->aggregation),
 				   period_end, decision);
 	if (after)
 		*after = next;
-}
-
-/* Whether usage used_after stays within a limit (always, unless hard). */
-bool
-fm_fits_limit(bool limited, bool hard, int64 quota, int64 used_after)
-{
-	return !limited || !hard || used_after <= quota;
 }
 
 /* A decision whose usage (after recording, when granted and recorded) is used. */

@@ -74,13 +74,11 @@ extern int64 fm_used_of(const FmCounter *c, FmAggregation aggregation);
 
 /* The name flagmeter.meters uses for an aggregation. */
 extern const char *fm_aggregation_name(FmAggregation aggregation);
-extern FmAggregation fm_aggregation_from_name(const char *name);
 
 /*
  * The decision for recording amount on top of current (whose counter after
  * recording is returned in *after when granted is possible).
  */
-extern bool fm_fits_limit(bool limited, bool hard, int64 quota, int64 used_after);
 extern void fm_decision_at(const FmLimit *limit, bool granted, int64 used,
 						   TimestampTz period_end, FmDecision *decision);
 extern void fm_decide(const FmLimit *limit, const FmCounter *current,

@@ -1,5 +1,7 @@
 # test/t/001_smoke.pl -- smoke test: the installed extension loads into a
-# fresh cluster and reports the expected version.
+# fresh cluster and reports the expected version; its shared limit cache is
+# off unless flagmeter is preloaded, and when preloaded and full, limits
+# are still right.
 #
 # Run by `make installcheck` (prove) from tools/test.sh; the cluster here is
 # a separate one made by PostgreSQL::Test::Cluster, not the harness's.
@@ -24,6 +26,35 @@ is( $node->safe_psql(
 		"SELECT extversion FROM pg_extension WHERE extname = 'flagmeter'"),
 	'0.1.0',
 	'installed flagmeter version is 0.1.0');
+
+# Not preloaded (as here so far): no shared limit cache, calls work.
+is( $node->safe_psql(
+		'postgres', q{
+SELECT flagmeter.define_meter('calls');
+SELECT flagmeter.track('t0', 'calls');
+SELECT (c IS NULL)::text FROM flagmeter.shared_limit_cache() c;}),
+	"\nt\ntrue",
+	'without preloading, shared_limit_cache() is all NULL');
+
+# Preloaded with room for 20 limits, 30 tenants with 30 different quotas:
+# the table fills, the rest are not shared, and every call sees its own.
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'flagmeter'\nflagmeter.shared_limits = 20");
+$node->restart;
+$node->safe_psql(
+	'postgres', q{
+SELECT flagmeter.define_plan('p'), flagmeter.set_limit('p', 'calls', 1000, 'lifetime');
+SELECT flagmeter.assign_plan('t' || i, 'p'), flagmeter.override_limit('t' || i, 'calls', i)
+FROM generate_series(1, 30) i;
+SELECT flagmeter.track('t' || i, 'calls') FROM generate_series(1, 30) i;});
+is( $node->safe_psql(
+		'postgres', q{
+SELECT count(*) FILTER (WHERE d.quota = i) || ' of 30 right, '
+       || (SELECT capacity || ' capacity, ' || entries || ' entries, hits ' || (hits > 0)
+           FROM flagmeter.shared_limit_cache())
+FROM generate_series(1, 30) i, flagmeter.check('t' || i, 'calls') d;}),
+	'30 of 30 right, 20 capacity, 20 entries, hits true',
+	'preloaded: a full shared cache shares 20 limits, and all 30 are right');
 
 $node->stop;
 
