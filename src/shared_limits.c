@@ -30,8 +30,13 @@
  * (the configuration is per database, and a dropped and re-created
  * extension starts afresh), then tenant and meter.
  *
- * The table has flagmeter.shared_limits entries; when it is full, entries
- * of older generations are swept, and when none are, a limit is not shared.
+ * The table has flagmeter.shared_limits entries.  When it is full, the
+ * entries of older generations are swept, once per generation: a sweep
+ * reads the whole table under the exclusive lock, and repeating it on every
+ * miss of a table full of current entries (more tenants than it holds)
+ * made each miss wait for all the others, a fiftieth of the rate.  After
+ * that, a limit that finds no room is not shared (counted in not_stored)
+ * and its backend keeps it in its own cache.
  */
 #include "postgres.h"
 #include "fmgr.h"
@@ -75,8 +80,10 @@ typedef struct SharedLimitsState
 {
 	LWLock	   *lock;			/* the table's entries */
 	pg_atomic_uint64 generation;
+	uint64		swept_generation;	/* the last generation swept; under lock */
 	pg_atomic_uint64 hits;
 	pg_atomic_uint64 loads;
+	pg_atomic_uint64 not_stored;	/* loads that found the table full */
 } SharedLimitsState;
 
 /* flagmeter.shared_limits: entries of the table (0: no shared cache) */
@@ -146,6 +153,8 @@ shared_limits_startup(void)
 		pg_atomic_init_u64(&state->generation, 1);
 		pg_atomic_init_u64(&state->hits, 0);
 		pg_atomic_init_u64(&state->loads, 0);
+		pg_atomic_init_u64(&state->not_stored, 0);
+		state->swept_generation = 0;
 	}
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(SharedLimitKey);
@@ -327,12 +336,15 @@ fm_shared_limit_put(Oid scope, const char *tenant, const char *meter,
 	if (generation == pg_atomic_read_u64(&state->generation))
 	{
 		entry = hash_search(shared_limits, &key, HASH_ENTER_NULL, NULL);
-		if (entry == NULL)
+		if (entry == NULL && state->swept_generation != generation)
 		{
 			sweep_old_generations(generation);
+			state->swept_generation = generation;
 			entry = hash_search(shared_limits, &key, HASH_ENTER_NULL, NULL);
 		}
-		if (entry)
+		if (entry == NULL)
+			pg_atomic_fetch_add_u64(&state->not_stored, 1);
+		else
 		{
 			entry->generation = generation;
 			entry->limit = *limit;
@@ -344,18 +356,19 @@ fm_shared_limit_put(Oid scope, const char *tenant, const char *meter,
 }
 
 /*
- * shared_limit_cache() -> (capacity, entries, generation, hits, loads): the
- * shared limit cache, all NULL when flagmeter is not preloaded.  hits and
- * loads count since the server started: limits found in the cache, and
- * limits read from the catalog by backends whose own cache missed.
+ * shared_limit_cache() -> (capacity, entries, generation, hits, loads,
+ * not_stored): the shared limit cache, all NULL when flagmeter is not
+ * preloaded.  hits, loads and not_stored count since the server started:
+ * limits found in the cache, limits read from the catalog by backends whose
+ * own cache missed, and those of the loads that found the cache full.
  */
 PG_FUNCTION_INFO_V1(fm_shared_limit_cache);
 Datum
 fm_shared_limit_cache(PG_FUNCTION_ARGS)
 {
 	TupleDesc	desc;
-	Datum		values[5];
-	bool		nulls[5] = {true, true, true, true, true};
+	Datum		values[6];
+	bool		nulls[6] = {true, true, true, true, true, true};
 
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "shared_limit_cache must return a composite type");
@@ -368,6 +381,7 @@ fm_shared_limit_cache(PG_FUNCTION_ARGS)
 		values[2] = Int64GetDatum((int64) pg_atomic_read_u64(&state->generation));
 		values[3] = Int64GetDatum((int64) pg_atomic_read_u64(&state->hits));
 		values[4] = Int64GetDatum((int64) pg_atomic_read_u64(&state->loads));
+		values[5] = Int64GetDatum((int64) pg_atomic_read_u64(&state->not_stored));
 		memset(nulls, 0, sizeof(nulls));
 	}
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
