@@ -34,9 +34,9 @@
  * entries of older generations are swept, once per generation: a sweep
  * reads the whole table under the exclusive lock, and repeating it on every
  * miss of a table full of current entries (more tenants than it holds)
- * made each miss wait for all the others, a fiftieth of the rate.  After
- * that, a limit that finds no room is not shared (counted in not_stored)
- * and its backend keeps it in its own cache.
+ * made each miss wait for all the others (a seventh to a sixteenth of the
+ * rate).  After that, a limit that finds no room is not shared (counted in
+ * not_stored) and its backend keeps it in its own cache.
  */
 #include "postgres.h"
 #include "fmgr.h"
