@@ -57,6 +57,15 @@ static int	fm_stripes = 32;
 
 #define EQ " OPERATOR(pg_catalog.=) "
 
+/*
+ * A track stripe, not consume's stripe 0.  Stripes are never negative (0
+ * is consume's, track's are 1 .. 2 x flagmeter.stripes), and "> 0" is a
+ * condition of the primary key's index scan, where "<> 0" was a filter
+ * that fetched stripe 0's heap row first (5 buffers against 2 for the
+ * tracked read of a tenant that only consumes).
+ */
+#define IS_TRACK_STRIPE(col) " " col " OPERATOR(pg_catalog.>) 0::pg_catalog.int2"
+
 /* ---------------------------------------------------------------------
  * Statements
  * ---------------------------------------------------------------------
@@ -136,7 +145,7 @@ static FmStatement read_period_stmt = {
 static FmStatement lock_for_consume_stmt = {
 	"SELECT false, o.counter FROM flagmeter.counters o"
 	" WHERE o.tenant" EQ "$1 AND o.meter" EQ "$2 AND o.period_start" EQ "$3"
-	" AND o.stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2"
+	" AND" IS_TRACK_STRIPE("o.stripe")
 	" UNION ALL"
 	" SELECT true, l.counter FROM ("
 	"  SELECT counter FROM flagmeter.counters"
@@ -194,7 +203,7 @@ static FmStatement consume_event_stmt = {
 	" UNION ALL"
 	" SELECT NULL, NULL, o.counter FROM flagmeter.counters o"
 	" WHERE o.tenant" EQ "$1 AND o.meter" EQ "$2 AND o.period_start" EQ "$3"
-	" AND o.stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2",
+	" AND" IS_TRACK_STRIPE("o.stripe"),
 	5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}
 };
 
@@ -272,7 +281,7 @@ static FmStatement log_void_stmt = {
 #define TRACK_STRIPES \
 	"SELECT counter, stripe FROM flagmeter.counters" \
 	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3" \
-	" AND stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2"
+	" AND" IS_TRACK_STRIPE("stripe")
 
 static FmStatement track_stripes_stmt = {
 	TRACK_STRIPES " ORDER BY stripe",
@@ -293,7 +302,7 @@ static FmStatement drop_stripes_stmt = {
 	"DELETE FROM flagmeter.counters"
 	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
 	" AND stripe OPERATOR(pg_catalog.=) ANY ($4)"
-	" AND stripe OPERATOR(pg_catalog.<>) 0::pg_catalog.int2",
+	" AND" IS_TRACK_STRIPE("stripe"),
 	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2ARRAYOID}
 };
 
