@@ -59,6 +59,16 @@ FROM generate_series(1, 30) i, flagmeter.check('t' || i, 'calls') d;}),
 	'30 of 30 right, 20 capacity, 20 entries, hits true, not stored 10',
 	'preloaded: a full shared cache shares 20 limits, and all 30 are right');
 
+# A configuration change makes those 20 stale: the next limit loaded sweeps
+# them out (once for the new generation), so the 10 left out are now stored.
+$node->safe_psql('postgres', q{SELECT flagmeter.override_limit('t1', 'calls', 1);});
+is( $node->safe_psql(
+		'postgres', q{
+SELECT count(flagmeter.track('t' || i, 'calls')) FROM generate_series(21, 30) i;
+SELECT entries || ' entries, not stored ' || not_stored FROM flagmeter.shared_limit_cache();}),
+	"10\n10 entries, not stored 10",
+	'after a configuration change the stale entries are swept and new limits stored');
+
 $node->stop;
 
 done_testing();
