@@ -79,11 +79,12 @@ extern const char *fm_aggregation_name(FmAggregation aggregation);
  * The decision for recording amount on top of current (whose counter after
  * recording is returned in *after when granted is possible).
  */
-extern void fm_decision_at(const FmLimit *limit, bool granted, int64 used,
-						   TimestampTz period_end, FmDecision *decision);
 extern void fm_decide(const FmLimit *limit, const FmCounter *current,
 					  int64 amount, TimestampTz at, TimestampTz period_end,
 					  bool record, FmDecision *decision, FmCounter *after);
+/* A decision whose usage (after recording, when granted and recorded) is used. */
+extern void fm_decision_at(const FmLimit *limit, bool granted, int64 used,
+						   TimestampTz period_end, FmDecision *decision);
 
 /* Argument checks shared by every call; they raise the documented errors. */
 extern char *fm_arg_tenant(FunctionCallInfo fcinfo, int argno);

@@ -223,12 +223,6 @@ fm_shared_limits_init(void)
 	RegisterXactCallback(shared_limits_xact_callback, NULL);
 }
 
-bool
-fm_shared_limits_enabled(void)
-{
-	return shared_limits != NULL;
-}
-
 uint64
 fm_shared_limits_generation(void)
 {
@@ -359,8 +353,9 @@ fm_shared_limit_put(Oid scope, const char *tenant, const char *meter,
  * shared_limit_cache() -> (capacity, entries, generation, hits, loads,
  * not_stored): the shared limit cache, all NULL when flagmeter is not
  * preloaded.  hits, loads and not_stored count since the server started:
- * limits found in the cache, limits read from the catalog by backends whose
- * own cache missed, and those of the loads that found the cache full.
+ * limits found in the cache, limits read from the catalog to be shared
+ * (by track and consume in READ COMMITTED, whose own cache and this one
+ * missed: see limits.c), and those of the loads that found the cache full.
  */
 PG_FUNCTION_INFO_V1(fm_shared_limit_cache);
 Datum

@@ -12,7 +12,6 @@
 
 /* from _PG_init: sets up the shared table when preloading, else nothing */
 extern void fm_shared_limits_init(void);
-extern bool fm_shared_limits_enabled(void);
 
 /* the generation to store a limit with: read it before the load's snapshot */
 extern uint64 fm_shared_limits_generation(void);

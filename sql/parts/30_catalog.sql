@@ -159,7 +159,7 @@ RETURNS record
 AS 'MODULE_PATHNAME', 'fm_shared_limit_cache'
 LANGUAGE C VOLATILE PARALLEL SAFE;
 COMMENT ON FUNCTION flagmeter.shared_limit_cache() IS
-'the limit cache shared by all backends (flagmeter preloaded): capacity (flagmeter.shared_limits), entries, generation, limits found in it, limits read from the catalog and loaded limits not stored because it was full (raise flagmeter.shared_limits when this grows), since the server started; all NULL when flagmeter is not preloaded';
+'the limit cache shared by all backends (flagmeter preloaded): capacity (flagmeter.shared_limits), entries, generation, limits found in it, limits read from the catalog to be shared (by track and consume) and those not stored because it was full (raise flagmeter.shared_limits when this grows), since the server started; all NULL when flagmeter is not preloaded';
 
 CREATE VIEW flagmeter.effective_limits AS
 SELECT t.tenant, m.meter, c.aggregation, c.quota, c.period, c.mode, c.thresholds,
