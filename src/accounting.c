@@ -451,11 +451,9 @@ own_stripe(void)
 static uint32
 period_hash(const char *tenant, const char *meter, TimestampTz period_start)
 {
-	uint32		h = hash_bytes((const unsigned char *) tenant, strlen(tenant));
-
-	h = hash_combine(h, hash_bytes((const unsigned char *) meter, strlen(meter)));
-	return hash_combine(h, hash_bytes((const unsigned char *) &period_start,
-									  sizeof(period_start)));
+	return hash_combine(fm_tenant_meter_hash(tenant, meter),
+						hash_bytes((const unsigned char *) &period_start,
+								   sizeof(period_start)));
 }
 
 static void
@@ -1655,16 +1653,12 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 		fm_counter_report(fm_counter_merge(&after, &tracked));
 		fm_decision_at(limit, true, fm_used_of(&after, limit->aggregation),
 					   item->period_end, decision);
-		if (limit->limited)
-			fm_queue_usage_level(tenant, item->meter, item->period_start,
-								 decision->used, limit->quota, limit->hard,
-								 limit->thresholds, limit->nthresholds);
+		announce_usage_level(tenant, item->meter, limit, item->period_start, &after);
 	}
 	else
 	{
 		Relation	rel = table_open(event_rel, RowExclusiveLock);
 		FmCounter	current;
-		FmCounter	after_refusal;
 
 		simple_table_tuple_delete(rel, &event_tid, GetActiveSnapshot());
 		table_close(rel, RowExclusiveLock);
@@ -1672,11 +1666,10 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 		fm_execute(&read_stripe0_stmt, args, NULL, false, 0);
 		current = merge_result_rows();
 		fm_counter_report(fm_counter_merge(&current, &tracked));
-		/* as consume_items: usage that the event would overflow is an error */
-		after_refusal = current;
-		fm_counter_report(fm_counter_add_event(&after_refusal, item->amount, now));
-		fm_decision_at(limit, false, fm_used_of(&current, limit->aggregation),
-					   item->period_end, decision);
+		/* as consume_items (fm_decide raises the event's overflow) */
+		fm_decide(limit, &current, item->amount, now, item->period_end, false,
+				  decision, NULL);
+		decision->granted = false;
 	}
 	decision->meter = item->meter;
 	return decision;

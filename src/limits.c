@@ -83,14 +83,24 @@ typedef struct LimitCacheKey
 	char		meter[FM_NAME_MAX_BYTES + 1];
 } LimitCacheKey;
 
-/* hashed and compared by the strings, not the padded 320 bytes */
+/*
+ * The hash of a (tenant, meter) pair, from the strings: the caches' keys
+ * pad them to hundreds of bytes, and hashed as blobs they were half of a
+ * lookup.
+ */
+uint32
+fm_tenant_meter_hash(const char *tenant, const char *meter)
+{
+	return hash_combine(hash_bytes((const unsigned char *) tenant, strlen(tenant)),
+						hash_bytes((const unsigned char *) meter, strlen(meter)));
+}
+
 static uint32
 limit_cache_key_hash(const void *key, Size keysize)
 {
 	const LimitCacheKey *k = key;
 
-	return hash_combine(hash_bytes((const unsigned char *) k->tenant, strlen(k->tenant)),
-						hash_bytes((const unsigned char *) k->meter, strlen(k->meter)));
+	return fm_tenant_meter_hash(k->tenant, k->meter);
 }
 
 static int

@@ -82,6 +82,9 @@ extern const char *fm_aggregation_name(FmAggregation aggregation);
 extern void fm_decide(const FmLimit *limit, const FmCounter *current,
 					  int64 amount, TimestampTz at, TimestampTz period_end,
 					  bool record, FmDecision *decision, FmCounter *after);
+/* hash of a (tenant, meter) pair, for the keys of flagmeter's caches */
+extern uint32 fm_tenant_meter_hash(const char *tenant, const char *meter);
+
 /* A decision whose usage (after recording, when granted and recorded) is used. */
 extern void fm_decision_at(const FmLimit *limit, bool granted, int64 used,
 						   TimestampTz period_end, FmDecision *decision);

@@ -97,9 +97,8 @@ static uint32
 shared_limit_key_hash(const void *key, Size keysize)
 {
 	const SharedLimitKey *k = key;
-	uint32		h = hash_bytes((const unsigned char *) k->tenant, strlen(k->tenant));
+	uint32		h = fm_tenant_meter_hash(k->tenant, k->meter);
 
-	h = hash_combine(h, hash_bytes((const unsigned char *) k->meter, strlen(k->meter)));
 	h = hash_combine(h, hash_bytes_uint32(k->scope));
 	return hash_combine(h, hash_bytes_uint32(k->database));
 }
