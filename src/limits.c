@@ -159,18 +159,19 @@ limits_relcache_callback(Datum arg, Oid relid)
 {
 	int			i;
 
+	/*
+	 * Only this backend's caches: the shared one was invalidated when the
+	 * change committed, before its invalidations were sent
+	 * (shared_limits.c).
+	 */
 	if (relid == InvalidOid)
 	{
 		limit_cache_valid = false;
-		fm_shared_limits_invalidate();
 		return;
 	}
 	for (i = 0; i < (int) lengthof(watched_relids); i++)
 		if (watched_relids[i] == relid)
-		{
 			limit_cache_valid = false;
-			fm_shared_limits_invalidate();
-		}
 }
 
 void

@@ -11,13 +11,16 @@
  * tenant is read from the catalog about once, not once per backend.
  *
  * Invalidation.  Entries carry the generation they were loaded in, and any
- * change of the configuration tables bumps the generation: at the commit of
- * the transaction that made it (fm_shared_limits_changed, called by the
- * tables' trigger; the commit callback runs after the commit is visible and
- * before the transaction's locks are released), and again whenever a
- * backend takes the change's relcache invalidation.  Such a transaction
- * cannot be prepared (its COMMIT PREPARED would run no callback of ours).  A backend reads the generation before it takes the
- * snapshot it loads a limit in and stores the limit with that generation:
+ * change of the configuration tables bumps the generation once, at the
+ * commit of the transaction that made it (fm_shared_limits_changed, called
+ * by the tables' trigger; the commit callback runs after the commit is
+ * visible, and before the transaction's locks are released and its
+ * invalidations sent, so a backend that takes them finds the generation
+ * already bumped).  Until then, that transaction neither reads nor stores
+ * shared entries: it sees its own changes, which others must not.  Such a
+ * transaction cannot be prepared (its COMMIT
+ * PREPARED would run no callback of ours).  A backend reads the generation
+ * before it takes the snapshot it loads a limit in and stores the limit with that generation:
  * a limit loaded from a snapshot older than a change carries a generation
  * older than the bump that followed the change, and is never used.  Only
  * limits loaded in such a fresh snapshot are stored (limits.c): read-only
@@ -278,7 +281,8 @@ fm_shared_limit_get(Oid scope, const char *tenant, const char *meter, FmLimit *l
 	char		tz_name[FM_SHARED_TZ_NAME_MAX];
 	bool		found = false;
 
-	if (!shared_limits)
+	/* a transaction that changed the configuration reads its own changes */
+	if (!shared_limits || changed_in_xact)
 		return false;
 	make_key(&key, scope, tenant, meter);
 	LWLockAcquire(state->lock, LW_SHARED);
@@ -320,7 +324,8 @@ fm_shared_limit_put(Oid scope, const char *tenant, const char *meter,
 	SharedLimitEntry *entry;
 	const char *tz_name = pg_get_timezone_name(limit->tz);
 
-	if (!shared_limits || strlen(tz_name) >= FM_SHARED_TZ_NAME_MAX)
+	/* ... which no other backend may see before it commits */
+	if (!shared_limits || changed_in_xact || strlen(tz_name) >= FM_SHARED_TZ_NAME_MAX)
 		return;
 	pg_atomic_fetch_add_u64(&state->loads, 1);
 	make_key(&key, scope, tenant, meter);
