@@ -416,9 +416,11 @@ fm_accounting_init(void)
  * backend updated after the snapshot would fail the transaction with
  * 40001), by track_batch (thousands of periods: a tag each would fill the
  * lock table), when every shared stripe is taken, and for the periods past
- * the first FM_MAX_STRIPE_TAGS of a transaction.  The ranges never meet, so
- * a READ COMMITTED track never waits for a batch or a REPEATABLE READ
- * transaction.
+ * the first FM_MAX_STRIPE_TAGS of a transaction.  With one
+ * flagmeter.stripes everywhere (the README asks for it) the ranges never
+ * meet, so a READ COMMITTED track never waits for a batch or a REPEATABLE
+ * READ transaction; sessions that set different values may wait for each
+ * other, and still count right (row locks do).
  *
  * The tags only choose; row locks keep the counts right.  Two periods whose
  * tags collide (a 32-bit hash) only make one of their writers take another

@@ -2,8 +2,9 @@
 -- Usage accounting: the tables behind track / consume / check / void / usage.
 --
 -- Writers never share a row (DESIGN.md, Mechanisms 1-3):
---   events      one insert-only row per recorded event (audit, rollups,
---               recounts);
+--   events      one row per recorded event, never updated (audit, rollups,
+--               recounts); only a refused consume deletes the event it
+--               had just inserted, in its own transaction;
 --   counters    per tenant, meter and period, a few quota_counter rows:
 --               stripe 0 is the row consume locks and updates, the others
 --               take track's increments, each in a stripe no other
@@ -85,7 +86,7 @@ COMMENT ON FUNCTION flagmeter.index_event_partition(regclass) IS
 
 SELECT flagmeter.index_event_partition('flagmeter.events_default');
 COMMENT ON TABLE flagmeter.events IS
-'every recorded event, insert-only (voids are logged in voids), partitioned by recorded_at day';
+'every recorded event, never updated (voids are logged in voids; a refused consume deletes the event it inserted), partitioned by recorded_at day';
 COMMENT ON TABLE flagmeter.events_default IS
 'events recorded on a day that has no partition yet (maintain() creates them ahead)';
 

@@ -183,6 +183,19 @@ COMMIT;
 SELECT track_batch(ARRAY['striped-1'], ARRAY['api_calls'], ARRAY[1]);
 SELECT stripe BETWEEN 5 AND 8 AS own_stripe, used(counter)
 FROM counters WHERE tenant = 'striped-1' ORDER BY stripe;
+-- A tag taken in a subtransaction that rolls back is released with it: the
+-- next track of the period takes one again rather than trusting it holds it.
+BEGIN;
+SAVEPOINT s;
+SELECT track('striped-sub', 'api_calls');
+ROLLBACK TO SAVEPOINT s;
+SELECT count(*) AS stripe_tags FROM pg_locks
+WHERE locktype = 'advisory' AND pid = pg_backend_pid();
+SELECT track('striped-sub', 'api_calls');
+SELECT count(*) AS stripe_tags FROM pg_locks
+WHERE locktype = 'advisory' AND pid = pg_backend_pid();
+COMMIT;
+SELECT stripe, used(counter) FROM counters WHERE tenant = 'striped-sub';
 RESET flagmeter.stripes;
 
 -- Bad input: a specific SQLSTATE, and nothing written --------------------------------
