@@ -134,6 +134,12 @@ static FmStatement read_period_stmt = {
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
+/* a period's stripe 0: (counter) */
+#define STRIPE0 \
+	"SELECT counter FROM flagmeter.counters" \
+	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3" \
+	" AND stripe" EQ "0::pg_catalog.int2"
+
 /*
  * consume's read: the other stripes (tracked usage) and stripe 0 locked
  * (its latest committed value), in one statement; the first column says
@@ -147,19 +153,9 @@ static FmStatement lock_for_consume_stmt = {
 	" WHERE o.tenant" EQ "$1 AND o.meter" EQ "$2 AND o.period_start" EQ "$3"
 	" AND" IS_TRACK_STRIPE("o.stripe")
 	" UNION ALL"
-	" SELECT true, l.counter FROM ("
-	"  SELECT counter FROM flagmeter.counters"
-	"  WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
-	"  AND stripe" EQ "0::pg_catalog.int2 FOR UPDATE"
-	" ) l",
+	" SELECT true, l.counter FROM (" STRIPE0 " FOR UPDATE) l",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
-
-/* a period's stripe 0: (counter) */
-#define STRIPE0 \
-	"SELECT counter FROM flagmeter.counters" \
-	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3" \
-	" AND stripe" EQ "0::pg_catalog.int2"
 
 static FmStatement lock_stripe0_stmt = {
 	STRIPE0 " FOR UPDATE",
