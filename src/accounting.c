@@ -302,6 +302,14 @@ static FmStatement drop_stripes_stmt = {
 	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2ARRAYOID}
 };
 
+/* void's merge of the period's track stripes, kept in the lowest of them */
+static FmStatement set_merged_stripe_stmt = {
+	"UPDATE flagmeter.counters SET counter = $4, recheck_at = NULL, recheck_for = NULL"
+	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
+	" AND stripe" EQ "$5",
+	5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, FM_TYPE_COUNTER, INT2OID}
+};
+
 static FmStatement set_stripe0_stmt = {
 	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)"
 	" VALUES ($1, $2, $3, 0, $4)"
@@ -2025,18 +2033,35 @@ take_track_stripe_tags(const char *tenant, const char *meter,
 }
 
 /*
- * Take one voided event out of the counters of its period: the track
- * stripes that exist (take_track_stripe_tags) and then stripe 0 are locked
- * and folded into stripe 0 minus the event, since the event may sit in any
- * of them.  A stripe that a concurrent track creates meanwhile is not
- * locked, not merged and not deleted.
+ * Take one voided event out of the counters of its period.  The event may
+ * sit in any of the period's rows, so it is taken out of a merge, as far
+ * as possible one that leaves stripe 0 alone:
  *
- * Track stripes before stripe 0: a transaction that tracked (holding a
- * stripe) and then voids would otherwise deadlock with a void that holds
- * stripe 0 and waits for that stripe.  Two voids serialize on the first
- * stripe tag: the second, once the first commits, finds the stripes it
- * waited for deleted (a locking read skips them) and stripe 0 holding
- * their merge.
+ * 1. The track stripes that exist (take_track_stripe_tags) are locked and
+ *    merged; when they hold the event's amount, the merge minus the event
+ *    goes into the lowest of them and the others are deleted.
+ * 2. Otherwise stripe 0 is locked too; when it holds the amount alone, the
+ *    event comes out of stripe 0 and the track stripes stay as they are.
+ * 3. Otherwise all of them are merged into stripe 0, minus the event.
+ *
+ * Why stripe 0 is left alone when it can be: consume reads the tracked
+ * usage in its snapshot and then decides on stripe 0's latest version.  A
+ * void that moved tracked usage into stripe 0 while a consume waited for
+ * stripe 0 made that consume count the moved usage twice (refusing it
+ * near the limit, and reporting more usage than there was).  Cases 1 and 2
+ * each change one side only, so a consume sees either the period before
+ * the void or the tracked usage before it and stripe 0 after it, both
+ * consistent.  Case 3 (an event whose amount neither side holds alone,
+ * after earlier merges) keeps that window; it needs a void racing a
+ * consume of the same period near its limit as well.
+ *
+ * A stripe that a concurrent track creates meanwhile is not locked, not
+ * merged and not deleted.  Track stripes are locked before stripe 0: a
+ * transaction that tracked (holding a stripe) and then voids would
+ * otherwise deadlock with a void that holds stripe 0 and waits for that
+ * stripe.  Two voids serialize on the first stripe tag: the second, once
+ * the first commits, finds the stripes it waited for deleted (a locking
+ * read skips them) and the kept one holding their merge.
  */
 static void
 void_in_counters(const char *tenant, const VoidItem *item)
@@ -2044,10 +2069,13 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	FmLimit		limit;
 	TimestampTz period_start;
 	TimestampTz period_end;
+	FmCounter	tracked;
+	FmCounter	stripe0;
 	FmCounter	total;
-	Datum		args[4];
+	Datum		args[5];
 	ArrayType  *found;
 	ArrayType  *locked;
+	int			nlocked;
 
 	fm_load_limit(tenant, item->meter, false, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, item->occurred_at,
@@ -2057,27 +2085,67 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	period_args(args, tenant, item->meter, period_start);
 	args[3] = PointerGetDatum(found);
 	fm_execute(&lock_track_stripes_stmt, args, NULL, false, 0);
-	total = merge_result_rows();
+	tracked = merge_result_rows();
 	locked = result_stripes();
-	lock_stripe0(tenant, item->meter, period_start);
-	{
-		FmCounter	stripe0 = merge_result_rows();
+	nlocked = ArrayGetNItems(ARR_NDIM(locked), ARR_DIMS(locked));
 
+	total = tracked;
+	if (nlocked > 0 && fm_counter_void(&total, item->amount) == FM_OK)
+	{
+		/* 1: out of the track stripes; the lowest keeps their merge */
+		int16	   *stripes = (int16 *) ARR_DATA_PTR(locked);
+
+		if (nlocked > 1)
+		{
+			Datum	   *others = palloc(sizeof(Datum) * (nlocked - 1));
+			int			i;
+
+			for (i = 1; i < nlocked; i++)
+				others[i - 1] = Int16GetDatum(stripes[i]);
+			args[3] = PointerGetDatum(construct_array(others, nlocked - 1, INT2OID, 2,
+													  true, TYPALIGN_SHORT));
+			fm_execute(&drop_stripes_stmt, args, NULL, false, 0);
+		}
+		args[3] = FmCounterPGetDatum(&total);
+		args[4] = Int16GetDatum(stripes[0]);
+		fm_execute(&set_merged_stripe_stmt, args, NULL, false, 0);
+		/* the period's usage, for the unblocked check below */
+		fm_execute(&read_stripe0_stmt, args, NULL, false, 0);
+		stripe0 = merge_result_rows();
 		fm_counter_report(fm_counter_merge(&total, &stripe0));
 	}
+	else
+	{
+		lock_stripe0(tenant, item->meter, period_start);
+		stripe0 = merge_result_rows();
+		total = stripe0;
+		if (fm_counter_void(&total, item->amount) == FM_OK)
+		{
+			/* 2: out of stripe 0 alone */
+			args[3] = FmCounterPGetDatum(&total);
+			fm_execute(&set_stripe0_stmt, args, NULL, false, 0);
+			fm_counter_report(fm_counter_merge(&total, &tracked));
+		}
+		else
+		{
+			/* 3: everything merged into stripe 0 */
+			total = tracked;
+			fm_counter_report(fm_counter_merge(&total, &stripe0));
 
-	/*
-	 * The period's counters cannot hold the event when its boundaries moved
-	 * after the event was recorded into a period that was not recounted:
-	 * then only the raw event is marked voided.
-	 */
-	if (fm_counter_void(&total, item->amount) != FM_OK)
-		return;
-
-	args[3] = PointerGetDatum(locked);
-	fm_execute(&drop_stripes_stmt, args, NULL, false, 0);
-	args[3] = FmCounterPGetDatum(&total);
-	fm_execute(&set_stripe0_stmt, args, NULL, false, 0);
+			/*
+			 * The period's counters cannot hold the event when its
+			 * boundaries moved after the event was recorded into a period
+			 * that was not recounted: then only the raw event is marked
+			 * voided.
+			 */
+			if (fm_counter_void(&total, item->amount) != FM_OK)
+				return;
+			args[3] = PointerGetDatum(locked);
+			fm_execute(&drop_stripes_stmt, args, NULL, false, 0);
+			args[3] = FmCounterPGetDatum(&total);
+			fm_execute(&set_stripe0_stmt, args, NULL, false, 0);
+		}
+	}
 
 	/* back under a hard limit: unblocked, if it was blocked */
 	if (limit.limited && limit.hard &&
