@@ -254,7 +254,8 @@ static FmStatement read_key_stmt = {
 };
 
 static FmStatement lock_key_stmt = {
-	"SELECT meter, amount, occurred_at, granted, voided_at IS NOT NULL"
+	"SELECT meter, amount, occurred_at, granted, voided_at IS NOT NULL,"
+	" kind OPERATOR(pg_catalog.=) 'consume'"
 	" FROM flagmeter.event_keys"
 	" WHERE tenant" EQ "$1 AND idempotency_key" EQ "$2 ORDER BY seq FOR UPDATE",
 	2, {TEXTOID, TEXTOID}
@@ -1986,6 +1987,7 @@ typedef struct VoidItem
 	char	   *meter;
 	int64		amount;
 	TimestampTz occurred_at;
+	bool		consumed;		/* recorded by consume: it went into stripe 0 */
 } VoidItem;
 
 static int
@@ -2001,7 +2003,8 @@ compare_void_items(const void *a, const void *b)
  * the void holds the period finds their tags taken and writes another
  * stripe (one the void leaves alone) instead of waiting for its row locks.
  * The event being voided committed before, so its usage is in one of these
- * rows or already in stripe 0.
+ * rows, in stripe 0, or in a stripe that a concurrent void merged these
+ * into (void_in_counters then reads them again).
  */
 static ArrayType *
 take_track_stripe_tags(const char *tenant, const char *meter,
@@ -2033,35 +2036,81 @@ take_track_stripe_tags(const char *tenant, const char *meter,
 }
 
 /*
- * Take one voided event out of the counters of its period.  The event may
- * sit in any of the period's rows, so it is taken out of a merge, as far
- * as possible one that leaves stripe 0 alone:
+ * void_in_counters' case 1: the locked track stripes' merge, already
+ * without the event (*merged), kept in the lowest of them; the others
+ * deleted.  args[0..2] name the period.
+ */
+static void
+void_from_track_stripes(Datum *args, ArrayType *locked, int nlocked,
+						FmCounter *merged)
+{
+	int16	   *stripes = (int16 *) ARR_DATA_PTR(locked);
+
+	if (nlocked > 1)
+	{
+		Datum	   *others = palloc(sizeof(Datum) * (nlocked - 1));
+		int			i;
+
+		for (i = 1; i < nlocked; i++)
+			others[i - 1] = Int16GetDatum(stripes[i]);
+		args[3] = PointerGetDatum(construct_array(others, nlocked - 1, INT2OID, 2,
+												  true, TYPALIGN_SHORT));
+		fm_execute(&drop_stripes_stmt, args, NULL, false, 0);
+	}
+	args[3] = FmCounterPGetDatum(merged);
+	args[4] = Int16GetDatum(stripes[0]);
+	fm_execute(&set_merged_stripe_stmt, args, NULL, false, 0);
+}
+
+/*
+ * void_in_counters' case 2: stripe 0, already without the event
+ * (*total), written; *total becomes the period's usage.
+ */
+static void
+void_from_stripe0(Datum *args, FmCounter *total, const FmCounter *tracked)
+{
+	args[3] = FmCounterPGetDatum(total);
+	fm_execute(&set_stripe0_stmt, args, NULL, false, 0);
+	fm_counter_report(fm_counter_merge(total, tracked));
+}
+
+/*
+ * Take one voided event out of the counters of its period: its amount
+ * (and one event) comes out of a merge of rows that holds it, as far as
+ * possible one that leaves the other side alone.  The track stripes that
+ * exist are always locked first (their tags, then their rows, in stripe
+ * order), stripe 0 after them when it is needed:
  *
- * 1. The track stripes that exist (take_track_stripe_tags) are locked and
- *    merged; when they hold the event's amount, the merge minus the event
- *    goes into the lowest of them and the others are deleted.
- * 2. Otherwise stripe 0 is locked too; when it holds the amount alone, the
- *    event comes out of stripe 0 and the track stripes stay as they are.
- * 3. Otherwise all of them are merged into stripe 0, minus the event.
+ * 1. out of the track stripes, when they hold it: their merge minus the
+ *    event is kept in the lowest of them, the others are deleted, and
+ *    stripe 0 is not locked;
+ * 2. out of stripe 0 alone, when it holds it;
+ * 3. otherwise everything is merged into stripe 0, minus the event.
  *
- * Why stripe 0 is left alone when it can be: consume reads the tracked
- * usage in its snapshot and then decides on stripe 0's latest version.  A
- * void that moved tracked usage into stripe 0 while a consume waited for
- * stripe 0 made that consume count the moved usage twice (refusing it
- * near the limit, and reporting more usage than there was).  Cases 1 and 2
- * each change one side only, so a consume sees either the period before
- * the void or the tracked usage before it and stripe 0 after it, both
- * consistent.  Case 3 (an event whose amount neither side holds alone,
- * after earlier merges) keeps that window; it needs a void racing a
- * consume of the same period near its limit as well.
+ * A consumed event is tried against stripe 0 first (2, then 1), a tracked
+ * one against the track stripes first (1, then 2): where it was recorded,
+ * so that both sides keep holding what their later voids take out.
+ *
+ * Why one side only: consume reads the tracked usage in its snapshot and
+ * then decides on stripe 0's latest version.  A void that moved tracked
+ * usage into stripe 0 while a consume waited for stripe 0 made that
+ * consume count the moved usage twice (refused with room left, reporting
+ * more usage than there was; spec void_consume_race).  After 1 or 2 a
+ * consume sees the period before the void, or the tracked usage before it
+ * and stripe 0 after it: both add up.  3 (an event whose amount neither
+ * side holds alone, after earlier merges) keeps that window.  After 1 a
+ * consume of the period does not wait for the void; one that reaches the
+ * quota on the usage before the void can leave its tenant marked blocked
+ * below the quota, which the next maintain() (review_blocks) clears.
  *
  * A stripe that a concurrent track creates meanwhile is not locked, not
- * merged and not deleted.  Track stripes are locked before stripe 0: a
- * transaction that tracked (holding a stripe) and then voids would
- * otherwise deadlock with a void that holds stripe 0 and waits for that
- * stripe.  Two voids serialize on the first stripe tag: the second, once
- * the first commits, finds the stripes it waited for deleted (a locking
- * read skips them) and the kept one holding their merge.
+ * merged and not deleted.  A stripe found but gone once its lock is had
+ * was merged into another by a concurrent void (or compaction) that
+ * committed meanwhile: the stripes are read and locked again, since the
+ * merge may sit in a stripe not found the first time.  Track stripes are
+ * locked before stripe 0: a transaction that tracked (holding a stripe)
+ * and then voids would otherwise deadlock with a void that holds stripe 0
+ * and waits for that stripe.
  */
 static void
 void_in_counters(const char *tenant, const VoidItem *item)
@@ -2073,80 +2122,84 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	FmCounter	stripe0;
 	FmCounter	total;
 	Datum		args[5];
-	ArrayType  *found;
 	ArrayType  *locked;
 	int			nlocked;
+	bool		stripe0_locked = false;
 
 	fm_load_limit(tenant, item->meter, false, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, item->occurred_at,
 					 &period_start, &period_end);
-
-	found = take_track_stripe_tags(tenant, item->meter, period_start);
 	period_args(args, tenant, item->meter, period_start);
-	args[3] = PointerGetDatum(found);
-	fm_execute(&lock_track_stripes_stmt, args, NULL, false, 0);
-	tracked = merge_result_rows();
-	locked = result_stripes();
-	nlocked = ArrayGetNItems(ARR_NDIM(locked), ARR_DIMS(locked));
+
+	for (;;)
+	{
+		ArrayType  *found = take_track_stripe_tags(tenant, item->meter, period_start);
+
+		args[3] = PointerGetDatum(found);
+		fm_execute(&lock_track_stripes_stmt, args, NULL, false, 0);
+		tracked = merge_result_rows();
+		locked = result_stripes();
+		nlocked = ArrayGetNItems(ARR_NDIM(locked), ARR_DIMS(locked));
+		if (nlocked == ArrayGetNItems(ARR_NDIM(found), ARR_DIMS(found)))
+			break;
+	}
+
+	if (item->consumed || nlocked == 0)
+	{
+		lock_stripe0(tenant, item->meter, period_start);
+		stripe0 = merge_result_rows();
+		stripe0_locked = true;
+		total = stripe0;
+		if (fm_counter_void(&total, item->amount) == FM_OK)
+		{
+			void_from_stripe0(args, &total, &tracked);
+			goto voided;
+		}
+	}
 
 	total = tracked;
 	if (nlocked > 0 && fm_counter_void(&total, item->amount) == FM_OK)
 	{
-		/* 1: out of the track stripes; the lowest keeps their merge */
-		int16	   *stripes = (int16 *) ARR_DATA_PTR(locked);
-
-		if (nlocked > 1)
+		void_from_track_stripes(args, locked, nlocked, &total);
+		if (!stripe0_locked)
 		{
-			Datum	   *others = palloc(sizeof(Datum) * (nlocked - 1));
-			int			i;
-
-			for (i = 1; i < nlocked; i++)
-				others[i - 1] = Int16GetDatum(stripes[i]);
-			args[3] = PointerGetDatum(construct_array(others, nlocked - 1, INT2OID, 2,
-													  true, TYPALIGN_SHORT));
-			fm_execute(&drop_stripes_stmt, args, NULL, false, 0);
+			/* the period's usage, for the unblocked check below */
+			fm_execute(&read_stripe0_stmt, args, NULL, false, 0);
+			stripe0 = merge_result_rows();
 		}
-		args[3] = FmCounterPGetDatum(&total);
-		args[4] = Int16GetDatum(stripes[0]);
-		fm_execute(&set_merged_stripe_stmt, args, NULL, false, 0);
-		/* the period's usage, for the unblocked check below */
-		fm_execute(&read_stripe0_stmt, args, NULL, false, 0);
-		stripe0 = merge_result_rows();
 		fm_counter_report(fm_counter_merge(&total, &stripe0));
+		goto voided;
 	}
-	else
+
+	if (!stripe0_locked)
 	{
 		lock_stripe0(tenant, item->meter, period_start);
 		stripe0 = merge_result_rows();
 		total = stripe0;
 		if (fm_counter_void(&total, item->amount) == FM_OK)
 		{
-			/* 2: out of stripe 0 alone */
-			args[3] = FmCounterPGetDatum(&total);
-			fm_execute(&set_stripe0_stmt, args, NULL, false, 0);
-			fm_counter_report(fm_counter_merge(&total, &tracked));
-		}
-		else
-		{
-			/* 3: everything merged into stripe 0 */
-			total = tracked;
-			fm_counter_report(fm_counter_merge(&total, &stripe0));
-
-			/*
-			 * The period's counters cannot hold the event when its
-			 * boundaries moved after the event was recorded into a period
-			 * that was not recounted: then only the raw event is marked
-			 * voided.
-			 */
-			if (fm_counter_void(&total, item->amount) != FM_OK)
-				return;
-			args[3] = PointerGetDatum(locked);
-			fm_execute(&drop_stripes_stmt, args, NULL, false, 0);
-			args[3] = FmCounterPGetDatum(&total);
-			fm_execute(&set_stripe0_stmt, args, NULL, false, 0);
+			void_from_stripe0(args, &total, &tracked);
+			goto voided;
 		}
 	}
 
+	/* 3: everything merged into stripe 0 */
+	total = tracked;
+	fm_counter_report(fm_counter_merge(&total, &stripe0));
+
+	/*
+	 * The period's counters cannot hold the event when its boundaries moved
+	 * after the event was recorded into a period that was not recounted:
+	 * then only the raw event is marked voided.
+	 */
+	if (fm_counter_void(&total, item->amount) != FM_OK)
+		return;
+	args[3] = PointerGetDatum(locked);
+	fm_execute(&drop_stripes_stmt, args, NULL, false, 0);
+	args[3] = FmCounterPGetDatum(&total);
+	fm_execute(&set_stripe0_stmt, args, NULL, false, 0);
+
+voided:
 	/* back under a hard limit: unblocked, if it was blocked */
 	if (limit.limited && limit.hard &&
 		fm_used_of(&total, limit.aggregation) < limit.quota)
@@ -2222,6 +2275,7 @@ fm_void(PG_FUNCTION_ARGS)
 		items[i].occurred_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull));
 		granted = granted && DatumGetBool(SPI_getbinval(row, desc, 4, &isnull));
 		already_voided = already_voided || DatumGetBool(SPI_getbinval(row, desc, 5, &isnull));
+		items[i].consumed = DatumGetBool(SPI_getbinval(row, desc, 6, &isnull));
 	}
 	if (!granted || already_voided)
 	{
