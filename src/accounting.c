@@ -2078,18 +2078,19 @@ void_from_stripe0(Datum *args, FmCounter *total, const FmCounter *tracked)
  * Take one voided event out of the counters of its period: its amount
  * (and one event) comes out of a merge of rows that holds it, as far as
  * possible one that leaves the other side alone.  The track stripes that
- * exist are always locked first (their tags, then their rows, in stripe
- * order), stripe 0 after them when it is needed:
+ * exist are locked first (their tags, then their rows, in stripe order),
+ * stripe 0 after them when it is needed:
  *
  * 1. out of the track stripes, when they hold it: their merge minus the
- *    event is kept in the lowest of them, the others are deleted, and
- *    stripe 0 is not locked;
+ *    event is kept in the lowest of them and the others are deleted;
  * 2. out of stripe 0 alone, when it holds it;
  * 3. otherwise everything is merged into stripe 0, minus the event.
  *
- * A consumed event is tried against stripe 0 first (2, then 1), a tracked
- * one against the track stripes first (1, then 2): where it was recorded,
- * so that both sides keep holding what their later voids take out.
+ * A consumed event is tried against stripe 0 first (2, then 1; stripe 0
+ * stays locked even when 1 takes the amount), a tracked one against the
+ * track stripes first (1, then 2; stripe 0 is locked only if 1 cannot):
+ * where it was recorded, so that both sides keep holding what their later
+ * voids take out.
  *
  * Why one side only: consume reads the tracked usage in its snapshot and
  * then decides on stripe 0's latest version.  A void that moved tracked
@@ -2098,19 +2099,22 @@ void_from_stripe0(Datum *args, FmCounter *total, const FmCounter *tracked)
  * more usage than there was; spec void_consume_race).  After 1 or 2 a
  * consume sees the period before the void, or the tracked usage before it
  * and stripe 0 after it: both add up.  3 (an event whose amount neither
- * side holds alone, after earlier merges) keeps that window.  After 1 a
- * consume of the period does not wait for the void; one that reaches the
- * quota on the usage before the void can leave its tenant marked blocked
- * below the quota, which the next maintain() (review_blocks) clears.
+ * side holds alone, after earlier merges) keeps that window.  A consume
+ * that does not wait for the void (stripe 0 not locked) and reaches the
+ * quota on the usage before it can leave its tenant marked blocked below
+ * the quota, which the next maintain() (review_blocks) clears.
  *
  * A stripe that a concurrent track creates meanwhile is not locked, not
  * merged and not deleted.  A stripe found but gone once its lock is had
  * was merged into another by a concurrent void (or compaction) that
  * committed meanwhile: the stripes are read and locked again, since the
- * merge may sit in a stripe not found the first time.  Track stripes are
- * locked before stripe 0: a transaction that tracked (holding a stripe)
- * and then voids would otherwise deadlock with a void that holds stripe 0
- * and waits for that stripe.
+ * merge may sit in a stripe not found the first time.  That second pass
+ * takes the tag of a lower stripe while holding higher ones, so a third
+ * void waiting in between can deadlock with this one (40P01: one of them
+ * is rolled back and may be retried); without it this void was lost.
+ * Track stripes are locked before stripe 0: a transaction that tracked
+ * (holding a stripe) and then voids would otherwise deadlock with a void
+ * that holds stripe 0 and waits for that stripe.
  */
 static void
 void_in_counters(const char *tenant, const VoidItem *item)
