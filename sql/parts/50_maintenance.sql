@@ -331,6 +331,10 @@ COMMENT ON FUNCTION flagmeter.summarize_event_partitions() IS
 -- Merges the stripes of periods that have ended (more than a minute ago)
 -- into one row each.  Open periods are left alone: their stripes are what
 -- keeps concurrent writers apart, and there are at most stripes + 1 of them.
+-- A period one of whose rows a transaction holds (a void, a late event) is
+-- left for the next run: its rows are locked without waiting first, since
+-- a DELETE that waited for them could deadlock with a void, which locks
+-- the track stripes in stripe order and stripe 0 last.
 CREATE FUNCTION flagmeter.compact_counters()
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -342,6 +346,8 @@ DECLARE
 	period_end timestamptz;
 	merged flagmeter.quota_counter;
 	compacted bigint := 0;
+	nrows bigint;
+	nlocked bigint;
 BEGIN
 	FOR g IN
 		SELECT c.tenant, c.meter, c.period_start
@@ -355,6 +361,14 @@ BEGIN
 		CONTINUE WHEN NOT FOUND;
 		period_end := (flagmeter.period_bounds(g.period_start, cfg.period, cfg.anchor, cfg.timezone)).period_end;
 		CONTINUE WHEN period_end > now() - interval '1 minute';
+
+		SELECT count(*) INTO nrows FROM flagmeter.counters c
+		WHERE c.tenant = g.tenant AND c.meter = g.meter AND c.period_start = g.period_start;
+		SELECT count(*) INTO nlocked FROM (
+			SELECT FROM flagmeter.counters c
+			WHERE c.tenant = g.tenant AND c.meter = g.meter AND c.period_start = g.period_start
+			FOR UPDATE SKIP LOCKED) l;
+		CONTINUE WHEN nlocked < nrows;
 
 		WITH moved AS (
 			DELETE FROM flagmeter.counters c
