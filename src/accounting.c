@@ -2035,43 +2035,100 @@ take_track_stripe_tags(const char *tenant, const char *meter,
 	return found;
 }
 
-/*
- * void_in_counters' case 1: the locked track stripes' merge, already
- * without the event (*merged), kept in the lowest of them; the others
- * deleted.  args[0..2] name the period.
- */
-static void
-void_from_track_stripes(Datum *args, ArrayType *locked, int nlocked,
-						FmCounter *merged)
+/* A period a void takes an event out of: its rows as void_in_counters locked them. */
+typedef struct VoidPeriod
 {
-	int16	   *stripes = (int16 *) ARR_DATA_PTR(locked);
+	const char *tenant;
+	const char *meter;
+	TimestampTz period_start;
+	Datum		args[5];		/* [0..2]: the three above, as statement arguments */
+	ArrayType  *locked;			/* the track stripes locked, in stripe order */
+	int			nlocked;
+	FmCounter	tracked;		/* their merge */
+	bool		stripe0_locked;
+	FmCounter	stripe0;		/* once stripe0_locked */
+} VoidPeriod;
 
-	if (nlocked > 1)
+/*
+ * Case 1: out of the track stripes, when their merge holds the amount: the
+ * merge minus the event is kept in the lowest of them, the others are
+ * deleted.  *total gets the period's usage after it (stripe 0 as last
+ * committed, unless it is locked already).
+ */
+static bool
+void_from_track_stripes(VoidPeriod *p, int64 amount, FmCounter *total)
+{
+	int16	   *stripes;
+
+	*total = p->tracked;
+	if (p->nlocked == 0 || fm_counter_void(total, amount) != FM_OK)
+		return false;
+	stripes = (int16 *) ARR_DATA_PTR(p->locked);
+	if (p->nlocked > 1)
 	{
-		Datum	   *others = palloc(sizeof(Datum) * (nlocked - 1));
+		Datum	   *others = palloc(sizeof(Datum) * (p->nlocked - 1));
 		int			i;
 
-		for (i = 1; i < nlocked; i++)
+		for (i = 1; i < p->nlocked; i++)
 			others[i - 1] = Int16GetDatum(stripes[i]);
-		args[3] = PointerGetDatum(construct_array(others, nlocked - 1, INT2OID, 2,
-												  true, TYPALIGN_SHORT));
-		fm_execute(&drop_stripes_stmt, args, NULL, false, 0);
+		p->args[3] = PointerGetDatum(construct_array(others, p->nlocked - 1, INT2OID, 2,
+													 true, TYPALIGN_SHORT));
+		fm_execute(&drop_stripes_stmt, p->args, NULL, false, 0);
 	}
-	args[3] = FmCounterPGetDatum(merged);
-	args[4] = Int16GetDatum(stripes[0]);
-	fm_execute(&set_merged_stripe_stmt, args, NULL, false, 0);
+	p->args[3] = FmCounterPGetDatum(total);
+	p->args[4] = Int16GetDatum(stripes[0]);
+	fm_execute(&set_merged_stripe_stmt, p->args, NULL, false, 0);
+
+	if (!p->stripe0_locked)
+	{
+		fm_execute(&read_stripe0_stmt, p->args, NULL, false, 0);
+		p->stripe0 = merge_result_rows();
+	}
+	fm_counter_report(fm_counter_merge(total, &p->stripe0));
+	return true;
 }
 
 /*
- * void_in_counters' case 2: stripe 0, already without the event
- * (*total), written; *total becomes the period's usage.
+ * Case 2: out of stripe 0 alone (locked here), when it holds the amount.
+ * *total gets the period's usage after it.
  */
-static void
-void_from_stripe0(Datum *args, FmCounter *total, const FmCounter *tracked)
+static bool
+void_from_stripe0(VoidPeriod *p, int64 amount, FmCounter *total)
 {
-	args[3] = FmCounterPGetDatum(total);
-	fm_execute(&set_stripe0_stmt, args, NULL, false, 0);
-	fm_counter_report(fm_counter_merge(total, tracked));
+	if (!p->stripe0_locked)
+	{
+		lock_stripe0(p->tenant, p->meter, p->period_start);
+		p->stripe0 = merge_result_rows();
+		p->stripe0_locked = true;
+	}
+	*total = p->stripe0;
+	if (fm_counter_void(total, amount) != FM_OK)
+		return false;
+	p->args[3] = FmCounterPGetDatum(total);
+	fm_execute(&set_stripe0_stmt, p->args, NULL, false, 0);
+	fm_counter_report(fm_counter_merge(total, &p->tracked));
+	return true;
+}
+
+/*
+ * Case 3: everything merged into stripe 0 (locked by now), minus the
+ * event.  False when even that cannot hold it: the period's boundaries
+ * moved after the event was recorded into a period that was not
+ * recounted; then only the raw event is marked voided.
+ */
+static bool
+void_merging_all(VoidPeriod *p, int64 amount, FmCounter *total)
+{
+	Assert(p->stripe0_locked);
+	*total = p->tracked;
+	fm_counter_report(fm_counter_merge(total, &p->stripe0));
+	if (fm_counter_void(total, amount) != FM_OK)
+		return false;
+	p->args[3] = PointerGetDatum(p->locked);
+	fm_execute(&drop_stripes_stmt, p->args, NULL, false, 0);
+	p->args[3] = FmCounterPGetDatum(total);
+	fm_execute(&set_stripe0_stmt, p->args, NULL, false, 0);
+	return true;
 }
 
 /*
@@ -2122,88 +2179,43 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	FmLimit		limit;
 	TimestampTz period_start;
 	TimestampTz period_end;
-	FmCounter	tracked;
-	FmCounter	stripe0;
+	VoidPeriod	p;
 	FmCounter	total;
-	Datum		args[5];
-	ArrayType  *locked;
-	int			nlocked;
-	bool		stripe0_locked = false;
+	bool		stripe0_first;
+	bool		voided = false;
 
 	fm_load_limit(tenant, item->meter, false, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, item->occurred_at,
 					 &period_start, &period_end);
-	period_args(args, tenant, item->meter, period_start);
+	memset(&p, 0, sizeof(p));
+	p.tenant = tenant;
+	p.meter = item->meter;
+	p.period_start = period_start;
+	period_args(p.args, tenant, item->meter, period_start);
 
 	for (;;)
 	{
 		ArrayType  *found = take_track_stripe_tags(tenant, item->meter, period_start);
 
-		args[3] = PointerGetDatum(found);
-		fm_execute(&lock_track_stripes_stmt, args, NULL, false, 0);
-		tracked = merge_result_rows();
-		locked = result_stripes();
-		nlocked = ArrayGetNItems(ARR_NDIM(locked), ARR_DIMS(locked));
-		if (nlocked == ArrayGetNItems(ARR_NDIM(found), ARR_DIMS(found)))
+		p.args[3] = PointerGetDatum(found);
+		fm_execute(&lock_track_stripes_stmt, p.args, NULL, false, 0);
+		p.tracked = merge_result_rows();
+		p.locked = result_stripes();
+		p.nlocked = ArrayGetNItems(ARR_NDIM(p.locked), ARR_DIMS(p.locked));
+		if (p.nlocked == ArrayGetNItems(ARR_NDIM(found), ARR_DIMS(found)))
 			break;
 	}
 
-	if (item->consumed || nlocked == 0)
-	{
-		lock_stripe0(tenant, item->meter, period_start);
-		stripe0 = merge_result_rows();
-		stripe0_locked = true;
-		total = stripe0;
-		if (fm_counter_void(&total, item->amount) == FM_OK)
-		{
-			void_from_stripe0(args, &total, &tracked);
-			goto voided;
-		}
-	}
-
-	total = tracked;
-	if (nlocked > 0 && fm_counter_void(&total, item->amount) == FM_OK)
-	{
-		void_from_track_stripes(args, locked, nlocked, &total);
-		if (!stripe0_locked)
-		{
-			/* the period's usage, for the unblocked check below */
-			fm_execute(&read_stripe0_stmt, args, NULL, false, 0);
-			stripe0 = merge_result_rows();
-		}
-		fm_counter_report(fm_counter_merge(&total, &stripe0));
-		goto voided;
-	}
-
-	if (!stripe0_locked)
-	{
-		lock_stripe0(tenant, item->meter, period_start);
-		stripe0 = merge_result_rows();
-		total = stripe0;
-		if (fm_counter_void(&total, item->amount) == FM_OK)
-		{
-			void_from_stripe0(args, &total, &tracked);
-			goto voided;
-		}
-	}
-
-	/* 3: everything merged into stripe 0 */
-	total = tracked;
-	fm_counter_report(fm_counter_merge(&total, &stripe0));
-
-	/*
-	 * The period's counters cannot hold the event when its boundaries moved
-	 * after the event was recorded into a period that was not recounted:
-	 * then only the raw event is marked voided.
-	 */
-	if (fm_counter_void(&total, item->amount) != FM_OK)
+	stripe0_first = item->consumed || p.nlocked == 0;
+	if (stripe0_first)
+		voided = void_from_stripe0(&p, item->amount, &total);
+	if (!voided)
+		voided = void_from_track_stripes(&p, item->amount, &total);
+	if (!voided && !stripe0_first)
+		voided = void_from_stripe0(&p, item->amount, &total);
+	if (!voided && !void_merging_all(&p, item->amount, &total))
 		return;
-	args[3] = PointerGetDatum(locked);
-	fm_execute(&drop_stripes_stmt, args, NULL, false, 0);
-	args[3] = FmCounterPGetDatum(&total);
-	fm_execute(&set_stripe0_stmt, args, NULL, false, 0);
 
-voided:
 	/* back under a hard limit: unblocked, if it was blocked */
 	if (limit.limited && limit.hard &&
 		fm_used_of(&total, limit.aggregation) < limit.quota)
