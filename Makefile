@@ -9,15 +9,25 @@ EXTVERSION = 0.1.0
 MODULE_big = flagmeter
 OBJS = \
 	src/flagmeter.o \
+	src/args.o \
 	src/counter_core.o \
 	src/counter.o \
-	src/counters_scan.o \
-	src/pk_scan.o \
 	src/period.o \
+	src/pk_scan.o \
 	src/statements.o \
-	src/limits.o \
+	src/limit.o \
+	src/limit_lookup.o \
 	src/shared_limits.o \
-	src/accounting.o \
+	src/decision.o \
+	src/usage_rows.o \
+	src/stripes.o \
+	src/event_keys.o \
+	src/track_alerts.o \
+	src/track.o \
+	src/track_batch.o \
+	src/consume.o \
+	src/reads.o \
+	src/void.o \
 	src/notify.o \
 	src/invalidate.o
 
@@ -37,7 +47,7 @@ TAP_TESTS   = 1
 PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 
 # Warnings are errors when WERROR=1 (make test and CI set it).
-PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
+PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
 	-Wno-sign-compare
 ifeq ($(WERROR),1)
 PG_CFLAGS += -Werror

@@ -16,6 +16,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "args.h"
 #include "compat.h"
 #include "counter.h"
 
@@ -155,6 +156,7 @@ quota_counter_from_event(PG_FUNCTION_ARGS)
 {
 	FmCounter  *result = palloc(sizeof(FmCounter));
 
+	fm_check_amount(PG_GETARG_INT64(0), true);
 	fm_counter_init(result);
 	fm_counter_report(fm_counter_add_event(result, PG_GETARG_INT64(0),
 										   PG_GETARG_TIMESTAMPTZ(1)));
@@ -178,8 +180,14 @@ Datum
 quota_counter_subtract(PG_FUNCTION_ARGS)
 {
 	FmCounter  *result = fm_counter_copy(PG_GETARG_FMCOUNTER_P(0));
-	FmResult	r = fm_counter_subtract(result, PG_GETARG_INT64(1),
-										PG_GETARG_INT64(2));
+	FmResult	r;
+
+	fm_check_amount(PG_GETARG_INT64(1), true);
+	if (PG_GETARG_INT64(2) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("events must not be negative: " INT64_FORMAT, PG_GETARG_INT64(2))));
+	r = fm_counter_subtract(result, PG_GETARG_INT64(1), PG_GETARG_INT64(2));
 
 	if (r == FM_ERR_INCONSISTENT)
 		ereport(ERROR,
@@ -232,8 +240,10 @@ PG_FUNCTION_INFO_V1(quota_counter_add_event);
 Datum
 quota_counter_add_event(PG_FUNCTION_ARGS)
 {
-	FmCounter  *state = agg_state(fcinfo);
+	FmCounter  *state;
 
+	fm_check_amount(PG_GETARG_INT64(1), true);
+	state = agg_state(fcinfo);
 	fm_counter_report(fm_counter_add_event(state, PG_GETARG_INT64(1),
 										   PG_GETARG_TIMESTAMPTZ(2)));
 	PG_RETURN_FMCOUNTER_P(state);

@@ -283,8 +283,8 @@ take_char(const char **p, char ch)
 /*
  * Parse YYYY-MM-DDTHH:MM:SS[.ffffff]Z at *p, advancing *p.
  */
-FmResult
-fm_parse_timestamp(const char **p, int64_t *out)
+static FmResult
+parse_timestamp(const char **p, int64_t *out)
 {
 	const char *s = *p;
 	int			year,
@@ -334,7 +334,7 @@ fm_parse_timestamp(const char **p, int64_t *out)
 }
 
 /*
- * Format a timestamp in the form fm_parse_timestamp reads; the fraction is
+ * Format a timestamp in the form parse_timestamp reads; the fraction is
  * printed only when non-zero, without trailing zeros.
  */
 int
@@ -450,7 +450,7 @@ fm_counter_parse(const char *text, FmCounter *out, const char **detail)
 			return r;
 		if (!take_char(&p, '@'))
 			return FM_ERR_SYNTAX;
-		if ((r = fm_parse_timestamp(&p, &c.latest_at)) != FM_OK)
+		if ((r = parse_timestamp(&p, &c.latest_at)) != FM_OK)
 			return r;
 		c.flags |= FM_COUNTER_HAS_LATEST;
 	}

@@ -89,8 +89,7 @@ extern void fm_counter_to_wire(const FmCounter *c, unsigned char *buf);
 extern FmResult fm_counter_from_wire(const unsigned char *buf, size_t len,
 									 FmCounter *out, const char **detail);
 
-/* Timestamp text helpers, shared with the tests of the parser. */
-extern FmResult fm_parse_timestamp(const char **p, int64_t *out);
+/* The timestamp of the text form, as fm_counter_parse reads it. */
 extern int	fm_format_timestamp(int64_t ts, char *buf, size_t buflen);
 
 #endif							/* FLAGMETER_COUNTER_CORE_H */

@@ -8,10 +8,10 @@
 
 #include "utils/guc.h"
 
-#include "accounting.h"
-#include "limits.h"
+#include "limit_lookup.h"
 #include "notify.h"
 #include "shared_limits.h"
+#include "stripes.h"
 
 PG_MODULE_MAGIC;
 
@@ -20,8 +20,8 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
-	fm_accounting_init();
-	fm_limits_init();
+	fm_stripes_init();
+	fm_limit_lookup_init();
 	fm_shared_limits_init();
 	fm_notify_init();
 	MarkGUCPrefixReserved("flagmeter");

@@ -34,6 +34,9 @@
  *   the queue has drained.
  */
 #include "postgres.h"
+
+#include <limits.h>
+
 #include "fmgr.h"
 
 #include "access/xact.h"
@@ -50,15 +53,16 @@
 #include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
-#include <limits.h>
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "bounds.h"
 #include "compat.h"
 #include "counter_core.h"
+#include "decision.h"
 #include "notify.h"
 #include "statements.h"
 
@@ -75,8 +79,8 @@ static double fm_notify_queue_limit = 0.5;
 /* Identity of an announcement, for deduplication. */
 typedef struct AnnouncedKey
 {
-	char		tenant[256 + 1];
-	char		meter[63 + 1];
+	char		tenant[FM_TENANT_MAX_BYTES + 1];
+	char		meter[FM_NAME_MAX_BYTES + 1];
 	TimestampTz period_start;
 	int			kind;
 	int			threshold;
@@ -117,7 +121,6 @@ static const char *const kind_names[] = {
  * Statements run at pre-commit
  * ---------------------------------------------------------------------
  */
-#define EQ " OPERATOR(pg_catalog.=) "
 
 /*
  * Thresholds are looked up before they are inserted rather than inserted
@@ -127,8 +130,8 @@ static const char *const kind_names[] = {
  */
 static FmStatement threshold_announced_stmt = {
 	"SELECT 1 FROM flagmeter.outbox"
-	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3"
-	" AND threshold" EQ "$4 AND kind" EQ "'threshold'::pg_catalog.text",
+	" WHERE tenant" FM_EQ "$1 AND meter" FM_EQ "$2 AND period_start" FM_EQ "$3"
+	" AND threshold" FM_EQ "$4 AND kind" FM_EQ "'threshold'::pg_catalog.text",
 	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT4OID}
 };
 
@@ -144,7 +147,7 @@ static FmStatement insert_threshold_stmt = {
 /* Is the tenant recorded as blocked in the period? (for queueing) */
 static FmStatement is_blocked_stmt = {
 	"SELECT 1 FROM flagmeter.blocked"
-	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3",
+	" WHERE tenant" FM_EQ "$1 AND meter" FM_EQ "$2 AND period_start" FM_EQ "$3",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
@@ -166,7 +169,7 @@ static FmStatement block_stmt = {
 
 static FmStatement unblock_stmt = {
 	"DELETE FROM flagmeter.blocked"
-	" WHERE tenant" EQ "$1 AND meter" EQ "$2 AND period_start" EQ "$3",
+	" WHERE tenant" FM_EQ "$1 AND meter" FM_EQ "$2 AND period_start" FM_EQ "$3",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
@@ -256,57 +259,6 @@ fm_queue_quota_event(const FmQuotaEvent *event)
 	queue_event(event, NULL);
 }
 
-static bool
-reached(int64 used, int64 quota, int percent)
-{
-	int64		used100;
-	int64		scaled;
-
-	if (pg_mul_s64_overflow(used, 100, &used100))
-		return true;
-	if (pg_mul_s64_overflow(quota, percent, &scaled))
-		return false;
-	return used100 >= scaled;
-}
-
-/* The least usage that reaches percent of quota (see reached()). */
-static int64
-threshold_level(int64 quota, int percent)
-{
-	int64		scaled;
-	int64		level;
-
-	if (pg_mul_s64_overflow(quota, percent, &scaled))
-		return PG_INT64_MAX;	/* reached() only by usage*100 overflowing */
-	level = scaled / 100 + (scaled % 100 > 0 ? 1 : 0);
-	/* usage * 100 overflowing counts as reached, too */
-	return Min(level, PG_INT64_MAX / 100 + 1);
-}
-
-int64
-fm_next_usage_level(int64 used, int64 quota, bool hard,
-					const int *thresholds, int nthresholds)
-{
-	int64		next = PG_INT64_MAX;
-	int			i;
-
-	if (hard && used >= quota)
-		return used;
-	if (hard)
-		next = quota;
-	for (i = 0; i < nthresholds; i++)
-	{
-		int64		level = threshold_level(quota, thresholds[i]);
-
-		if (level > used)
-		{
-			next = Min(next, level);
-			break;				/* ascending */
-		}
-	}
-	return next;
-}
-
 void
 fm_queue_usage_level(const char *tenant, const char *meter,
 					 TimestampTz period_start, int64 used, int64 quota,
@@ -328,7 +280,7 @@ fm_queue_usage_level(const char *tenant, const char *meter,
 
 	for (i = 0; i < nthresholds; i++)
 	{
-		if (!reached(used, quota, thresholds[i]))
+		if (!fm_threshold_reached(used, quota, thresholds[i]))
 			break;				/* ascending: the rest are higher */
 		make_key(&key, tenant, meter, period_start, FM_EVENT_THRESHOLD, thresholds[i]);
 		if (already_announced(&key))
@@ -723,7 +675,84 @@ commit_quota_events(bool room)
 	}
 }
 
-/* One notification per invalidated table. */
+/*
+ * The invalidation of one table: its operations and the changed keys, or
+ * "all" when a change named none or the keys would not fit in a payload.
+ */
+static char *
+table_invalidation_payload(Oid relid, const char *qualified_name)
+{
+	const char *ops[4] = {"insert", "update", "delete", "truncate"};
+	bool		seen_op[4] = {false, false, false, false};
+	bool		whole = false;
+	List	   *keys = NIL;
+	StringInfoData head;
+	StringInfoData payload;
+	ListCell   *lc;
+	int			i;
+	bool		first;
+
+	foreach(lc, pending_invalidations)
+	{
+		PendingInvalidation *p = lfirst(lc);
+
+		if (p->relid != relid)
+			continue;
+		for (i = 0; i < 4; i++)
+			if (strcmp(p->op, ops[i]) == 0)
+				seen_op[i] = true;
+		if (p->key_json == NULL)
+			whole = true;
+		else if (!whole)
+		{
+			ListCell   *lc2;
+			bool		dup = false;
+
+			foreach(lc2, keys)
+				if (strcmp(lfirst(lc2), p->key_json) == 0)
+				{
+					dup = true;
+					break;
+				}
+			if (!dup)
+				keys = lappend(keys, p->key_json);
+		}
+	}
+
+	initStringInfo(&head);
+	appendStringInfoString(&head, "{\"kind\":\"invalidate\",\"table\":");
+	escape_json(&head, qualified_name);
+	appendStringInfoString(&head, ",\"ops\":[");
+	first = true;
+	for (i = 0; i < 4; i++)
+		if (seen_op[i])
+		{
+			appendStringInfo(&head, "%s\"%s\"", first ? "" : ",", ops[i]);
+			first = false;
+		}
+	appendStringInfoChar(&head, ']');
+
+	initStringInfo(&payload);
+	if (!whole)
+	{
+		appendStringInfo(&payload, "%s,\"keys\":[", head.data);
+		first = true;
+		foreach(lc, keys)
+		{
+			appendStringInfo(&payload, "%s%s", first ? "" : ",", (char *) lfirst(lc));
+			first = false;
+		}
+		appendStringInfoString(&payload, "]}");
+	}
+	if (whole || payload.len > FM_PAYLOAD_MAX_BYTES)
+	{
+		resetStringInfo(&payload);
+		appendStringInfo(&payload, "%s,\"all\":true}", head.data);
+	}
+	return payload.data;
+}
+
+/* One notification per invalidated table; logged as skipped without room. */
 static void
 commit_invalidations(bool room)
 {
@@ -743,79 +772,15 @@ commit_invalidations(bool room)
 		Oid			relid = lfirst_oid(lc);
 		char	   *relname = get_rel_name(relid);
 		char	   *nspname = get_namespace_name(get_rel_namespace(relid));
-		const char *ops[4] = {"insert", "update", "delete", "truncate"};
-		bool		seen_op[4] = {false, false, false, false};
-		bool		whole = false;
-		List	   *keys = NIL;
-		StringInfoData head;
-		StringInfoData payload;
-		ListCell   *lc2;
-		int			i;
-		bool		first;
+		const char *qualified;
+		char	   *payload;
 
 		if (relname == NULL || nspname == NULL)
 			continue;			/* dropped in this transaction */
-
-		foreach(lc2, pending_invalidations)
-		{
-			PendingInvalidation *p = lfirst(lc2);
-
-			if (p->relid != relid)
-				continue;
-			for (i = 0; i < 4; i++)
-				if (strcmp(p->op, ops[i]) == 0)
-					seen_op[i] = true;
-			if (p->key_json == NULL)
-				whole = true;
-			else if (!whole)
-			{
-				ListCell   *lc3;
-				bool		dup = false;
-
-				foreach(lc3, keys)
-					if (strcmp(lfirst(lc3), p->key_json) == 0)
-					{
-						dup = true;
-						break;
-					}
-				if (!dup)
-					keys = lappend(keys, p->key_json);
-			}
-		}
-
-		initStringInfo(&head);
-		appendStringInfoString(&head, "{\"kind\":\"invalidate\",\"table\":");
-		escape_json(&head, quote_qualified_identifier(nspname, relname));
-		appendStringInfoString(&head, ",\"ops\":[");
-		first = true;
-		for (i = 0; i < 4; i++)
-			if (seen_op[i])
-			{
-				appendStringInfo(&head, "%s\"%s\"", first ? "" : ",", ops[i]);
-				first = false;
-			}
-		appendStringInfoChar(&head, ']');
-
-		initStringInfo(&payload);
-		if (!whole)
-		{
-			appendStringInfo(&payload, "%s,\"keys\":[", head.data);
-			first = true;
-			foreach(lc2, keys)
-			{
-				appendStringInfo(&payload, "%s%s", first ? "" : ",", (char *) lfirst(lc2));
-				first = false;
-			}
-			appendStringInfoString(&payload, "]}");
-		}
-		if (whole || payload.len > FM_PAYLOAD_MAX_BYTES)
-		{
-			resetStringInfo(&payload);
-			appendStringInfo(&payload, "%s,\"all\":true}", head.data);
-		}
-
-		if (room && payload.len <= FM_PAYLOAD_MAX_BYTES)
-			Async_Notify(FM_NOTIFY_CHANNEL, payload.data);
+		qualified = quote_qualified_identifier(nspname, relname);
+		payload = table_invalidation_payload(relid, qualified);
+		if (room && strlen(payload) <= FM_PAYLOAD_MAX_BYTES)
+			Async_Notify(FM_NOTIFY_CHANNEL, payload);
 		else
 		{
 			if (!spi_connected)
@@ -824,7 +789,7 @@ commit_invalidations(bool room)
 				SPI_connect();
 				spi_connected = true;
 			}
-			log_skip("invalidate", quote_qualified_identifier(nspname, relname));
+			log_skip("invalidate", qualified);
 		}
 	}
 	if (spi_connected)

@@ -18,7 +18,7 @@
 #include "datatype/timestamp.h"
 
 #define FM_NOTIFY_CHANNEL		"flagmeter"
-/* DESIGN.md: payloads stay under 1 kB */
+/* payloads stay under 1 kB (docs/design.md, "Notifications") */
 #define FM_PAYLOAD_MAX_BYTES	1000
 
 typedef enum FmQuotaEventKind
@@ -59,16 +59,6 @@ extern void fm_queue_quota_event(const FmQuotaEvent *event);
 extern void fm_queue_usage_level(const char *tenant, const char *meter,
 								 TimestampTz period_start, int64 used,
 								 int64 quota, bool hard,
-								 const int *thresholds, int nthresholds);
-
-/*
- * The least usage above used at which fm_queue_usage_level would queue
- * something it does not queue at used: the next threshold or the hard
- * quota.  used itself when every call at this level must look again (at or
- * past a hard quota: blocked is a state another session may clear), and
- * PG_INT64_MAX when nothing is left to reach.
- */
-extern int64 fm_next_usage_level(int64 used, int64 quota, bool hard,
 								 const int *thresholds, int nthresholds);
 
 /*

@@ -3,7 +3,7 @@
  *	  The limit cache all backends share, when flagmeter is in
  *	  shared_preload_libraries.
  *
- * Each backend caches the limits it used (limits.c).  Over many tenants
+ * Each backend caches the limits it used (limit_lookup.c).  Over many tenants
  * that cache stays cold: with 32 backends and 10 000 tenants a backend
  * meets a tenant for the first time on most of its calls for minutes, and
  * a miss (the tenant's row and override read by primary key) was a sixth
@@ -23,9 +23,9 @@
  * before it takes the snapshot it loads a limit in and stores the limit with that generation:
  * a limit loaded from a snapshot older than a change carries a generation
  * older than the bump that followed the change, and is never used.  Only
- * limits loaded in such a fresh snapshot are stored (limits.c): read-only
+ * limits loaded in such a fresh snapshot are stored (limit_lookup.c): read-only
  * and REPEATABLE READ calls load in older ones.  So the
- * shared cache keeps the promise of the per-backend one (limits.c): a call
+ * shared cache keeps the promise of the per-backend one (limit_lookup.c): a call
  * never runs on a configuration older than the last change committed
  * before its lock on flagmeter.counters.
  *
@@ -56,7 +56,8 @@
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 
-#include "limits.h"
+#include "bounds.h"
+#include "limit.h"
 #include "period.h"
 #include "shared_limits.h"
 
@@ -171,6 +172,14 @@ shared_limits_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
+/* no entry stored so far is used any more */
+static void
+invalidate_shared_limits(void)
+{
+	if (shared_limits)
+		pg_atomic_fetch_add_u64(&state->generation, 1);
+}
+
 static void
 shared_limits_xact_callback(XactEvent event, void *arg)
 {
@@ -179,7 +188,7 @@ shared_limits_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (changed_in_xact)
-				fm_shared_limits_invalidate();
+				invalidate_shared_limits();
 			changed_in_xact = false;
 			break;
 		case XACT_EVENT_PRE_PREPARE:
@@ -190,7 +199,7 @@ shared_limits_xact_callback(XactEvent event, void *arg)
 			if (changed_in_xact)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot prepare a transaction that changed flagmeter's configuration"),
+						 errmsg("cannot PREPARE a transaction that changed flagmeter's configuration"),
 						 errdetail("flagmeter is preloaded, and its shared limit cache is invalidated when such a transaction commits."),
 						 errhint("Commit the configuration change in a transaction of its own, or set flagmeter.shared_limits = 0.")));
 			break;
@@ -229,13 +238,6 @@ uint64
 fm_shared_limits_generation(void)
 {
 	return shared_limits ? pg_atomic_read_u64(&state->generation) : 0;
-}
-
-void
-fm_shared_limits_invalidate(void)
-{
-	if (shared_limits)
-		pg_atomic_fetch_add_u64(&state->generation, 1);
 }
 
 void
@@ -359,7 +361,7 @@ fm_shared_limit_put(Oid scope, const char *tenant, const char *meter,
  * preloaded.  hits, loads and not_stored count since the server started:
  * limits found in the cache, limits read from the catalog to be shared
  * (by track and consume in READ COMMITTED, whose own cache and this one
- * missed: see limits.c), and those of the loads that found the cache full.
+ * missed: see limit_lookup.c), and those of the loads that found the cache full.
  */
 PG_FUNCTION_INFO_V1(fm_shared_limit_cache);
 Datum

@@ -8,7 +8,7 @@
 
 #include "postgres.h"
 
-#include "limits.h"
+#include "limit.h"
 
 /* from _PG_init: sets up the shared table when preloading, else nothing */
 extern void fm_shared_limits_init(void);
@@ -24,8 +24,6 @@ extern bool fm_shared_limit_get(Oid scope, const char *tenant, const char *meter
 extern void fm_shared_limit_put(Oid scope, const char *tenant, const char *meter,
 								uint64 generation, const FmLimit *limit);
 
-/* no entry stored so far is used any more */
-extern void fm_shared_limits_invalidate(void);
 /* this transaction changes the configuration: invalidate when it commits */
 extern void fm_shared_limits_changed(void);
 

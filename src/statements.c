@@ -7,6 +7,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/snapmgr.h"
 #include "catalog/pg_type.h"
 #include "utils/lsyscache.h"
@@ -15,8 +16,8 @@
 
 #include "statements.h"
 
-Oid
-fm_schema_oid(void)
+static Oid
+schema_oid(void)
 {
 	return get_namespace_oid("flagmeter", false);
 }
@@ -24,7 +25,7 @@ fm_schema_oid(void)
 Oid
 fm_relation_oid(const char *relname)
 {
-	Oid			relid = get_relname_relid(relname, fm_schema_oid());
+	Oid			relid = get_relname_relid(relname, schema_oid());
 
 	if (!OidIsValid(relid))
 		elog(ERROR, "flagmeter table \"%s\" is missing", relname);
@@ -36,7 +37,7 @@ fm_counter_type_oid(void)
 {
 	Oid			typid = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 										CStringGetDatum("quota_counter"),
-										ObjectIdGetDatum(fm_schema_oid()));
+										ObjectIdGetDatum(schema_oid()));
 
 	if (!OidIsValid(typid))
 		elog(ERROR, "type flagmeter.quota_counter is missing");
@@ -50,13 +51,13 @@ fm_counter_type_oid(void)
  * caller cannot change limits or read other tenants' rows through them.
  * The statements take only parameters, never caller-supplied SQL.
  */
-Oid
-fm_owner_oid(void)
+static Oid
+owner_oid(void)
 {
 	HeapTuple	tuple;
 	Oid			owner;
 
-	tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(fm_schema_oid()));
+	tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(schema_oid()));
 	if (!HeapTupleIsValid(tuple))
 		elog(ERROR, "cache lookup failed for schema flagmeter");
 	owner = ((Form_pg_namespace) GETSTRUCT(tuple))->nspowner;
@@ -106,7 +107,7 @@ execute_as_owner(FmStatement *st, Datum *values, const char *nulls,
 
 	/* as the owner; an error resets the user at abort */
 	GetUserIdAndSecContext(&saved_user, &saved_context);
-	SetUserIdAndSecContext(fm_owner_oid(),
+	SetUserIdAndSecContext(owner_oid(),
 						   saved_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
 	if (snapshot != InvalidSnapshot)
@@ -132,4 +133,24 @@ int
 fm_execute_latest(FmStatement *st, Datum *values, const char *nulls, long count)
 {
 	return execute_as_owner(st, values, nulls, false, count, GetLatestSnapshot());
+}
+
+Datum
+fm_text_array(Datum *elems, int n)
+{
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+Datum
+fm_int8_array(Datum *elems, int n)
+{
+	return PointerGetDatum(construct_array(elems, n, INT8OID, 8, FLOAT8PASSBYVAL,
+										   TYPALIGN_DOUBLE));
+}
+
+Datum
+fm_timestamptz_array(Datum *elems, int n)
+{
+	return PointerGetDatum(construct_array(elems, n, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL,
+										   TYPALIGN_DOUBLE));
 }

@@ -16,6 +16,9 @@
 
 #define FM_STATEMENT_MAX_ARGS 16
 
+/* "=" in statement texts, pinned to pg_catalog's operator */
+#define FM_EQ " OPERATOR(pg_catalog.=) "
+
 /* Parameter type placeholders resolved at prepare time. */
 #define FM_TYPE_COUNTER			((Oid) 1)	/* flagmeter.quota_counter */
 #define FM_TYPE_COUNTER_ARRAY	((Oid) 2)	/* flagmeter.quota_counter[] */
@@ -31,10 +34,8 @@ typedef struct FmStatement
 } FmStatement;
 
 /* OIDs of flagmeter's schema objects, looked up on each call (cheap). */
-extern Oid	fm_schema_oid(void);
 extern Oid	fm_relation_oid(const char *relname);
 extern Oid	fm_counter_type_oid(void);
-extern Oid	fm_owner_oid(void);
 
 /*
  * Run a statement (inside SPI_connect), as the owner of schema flagmeter;
@@ -51,5 +52,10 @@ extern int	fm_execute(FmStatement *st, Datum *values, const char *nulls,
  */
 extern int	fm_execute_latest(FmStatement *st, Datum *values, const char *nulls,
 							  long count);
+
+/* One-dimensional array arguments of the batch statements, from n Datums. */
+extern Datum fm_text_array(Datum *elems, int n);
+extern Datum fm_int8_array(Datum *elems, int n);
+extern Datum fm_timestamptz_array(Datum *elems, int n);
 
 #endif							/* FLAGMETER_STATEMENTS_H */

@@ -1,8 +1,9 @@
 /*
- * limits.c
- *	  The limit in force for a tenant and meter (read through
- *	  flagmeter.limit_config, the one definition of it), the decision a
- *	  limit gives, and the argument checks shared by every call.
+ * limit_lookup.c
+ *	  The limit in force for a tenant and meter, as flagmeter.limit_config
+ *	  (the one definition of it, in SQL) gives it, read from the catalog
+ *	  and cached per backend and, when preloaded, across backends
+ *	  (shared_limits.c).
  */
 #include "postgres.h"
 #include "fmgr.h"
@@ -14,7 +15,6 @@
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
-#include "mb/pg_wchar.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -24,45 +24,13 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "args.h"
 #include "compat.h"
 #include "counter.h"
-#include "limits.h"
+#include "limit_lookup.h"
 #include "pk_scan.h"
 #include "shared_limits.h"
 #include "statements.h"
-
-
-const char *
-fm_aggregation_name(FmAggregation aggregation)
-{
-	switch (aggregation)
-	{
-		case FM_AGG_SUM:
-			return "sum";
-		case FM_AGG_COUNT:
-			return "count";
-		case FM_AGG_MAX:
-			return "max";
-		case FM_AGG_LATEST:
-			return "latest";
-	}
-	return "sum";				/* keep compiler quiet */
-}
-
-static FmAggregation
-aggregation_from_name(const char *name)
-{
-	if (strcmp(name, "sum") == 0)
-		return FM_AGG_SUM;
-	if (strcmp(name, "count") == 0)
-		return FM_AGG_COUNT;
-	if (strcmp(name, "max") == 0)
-		return FM_AGG_MAX;
-	if (strcmp(name, "latest") == 0)
-		return FM_AGG_LATEST;
-	elog(ERROR, "unknown aggregation \"%s\" in flagmeter.meters", name);
-	return FM_AGG_SUM;			/* keep compiler quiet */
-}
 
 /*
  * The per-backend cache of limits.
@@ -82,18 +50,6 @@ typedef struct LimitCacheKey
 	char		tenant[FM_TENANT_MAX_BYTES + 1];
 	char		meter[FM_NAME_MAX_BYTES + 1];
 } LimitCacheKey;
-
-/*
- * The hash of a (tenant, meter) pair, from the strings: the caches' keys
- * pad them to hundreds of bytes, and hashed as blobs they were half of a
- * lookup.
- */
-uint32
-fm_tenant_meter_hash(const char *tenant, const char *meter)
-{
-	return hash_combine(hash_bytes((const unsigned char *) tenant, strlen(tenant)),
-						hash_bytes((const unsigned char *) meter, strlen(meter)));
-}
 
 static uint32
 limit_cache_key_hash(const void *key, Size keysize)
@@ -175,7 +131,7 @@ limits_relcache_callback(Datum arg, Oid relid)
 }
 
 void
-fm_limits_init(void)
+fm_limit_lookup_init(void)
 {
 	CacheRegisterRelcacheCallback(limits_relcache_callback, (Datum) 0);
 }
@@ -325,31 +281,6 @@ fm_config_changed(PG_FUNCTION_ARGS)
 	return PointerGetDatum(NULL);
 }
 
-/* A hash of the fields the announcements of a usage level depend on. */
-static int32
-limit_fingerprint(const FmLimit *limit)
-{
-	struct
-	{
-		int64		quota;
-		int32		aggregation;
-		int32		nthresholds;
-		bool		limited;
-		bool		hard;
-		int			thresholds[FM_MAX_THRESHOLDS];
-	}			fields;
-
-	memset(&fields, 0, sizeof(fields));		/* padding too */
-	fields.quota = limit->quota;
-	fields.aggregation = (int32) limit->aggregation;
-	fields.nthresholds = limit->nthresholds;
-	fields.limited = limit->limited;
-	fields.hard = limit->hard;
-	memcpy(fields.thresholds, limit->thresholds,
-		   limit->nthresholds * sizeof(int));
-	return (int32) hash_bytes((const unsigned char *) &fields, sizeof(fields));
-}
-
 /* the meter's aggregation and plan $1's limit for meter $2 (no row: no such meter) */
 static FmStatement plan_limit_stmt = {
 	"SELECT m.aggregation, l.quota, l.period, l.mode, l.thresholds"
@@ -416,7 +347,7 @@ plan_limit(const char *plan, const char *tenant, const char *meter, bool read_on
 	row = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
 	loaded.aggregation =
-		aggregation_from_name(TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull)));
+		fm_aggregation_from_name(TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull)));
 	d = SPI_getbinval(row, desc, 2, &isnull);
 	loaded.limited = !isnull;
 	if (loaded.limited)
@@ -510,182 +441,7 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 		limit->thresholds[0] = 80;
 		limit->thresholds[1] = 100;
 	}
-	limit->fingerprint = limit_fingerprint(limit);
+	limit->fingerprint = fm_limit_fingerprint(limit);
 	limit->anchor = assigned ? DatumGetTimestampTz(t[1]) : FM_UNASSIGNED_ANCHOR;
 	limit->tz = fm_lookup_timezone(assigned ? TextDatumGetCString(t[2]) : "UTC");
-}
-
-int64
-fm_used_of(const FmCounter *c, FmAggregation aggregation)
-{
-	switch (aggregation)
-	{
-		case FM_AGG_SUM:
-			return c->used;
-		case FM_AGG_COUNT:
-			return c->events;
-		case FM_AGG_MAX:
-			return c->max_amount;
-		case FM_AGG_LATEST:
-			return (c->flags & FM_COUNTER_HAS_LATEST) ? c->latest : 0;
-	}
-	return 0;					/* keep compiler quiet */
-}
-
-/*
- * The decision for amount more on top of current.  With record, used and
- * remaining describe the state after recording when granted; otherwise
- * (check, or a denial) the current state.  Overflow of the counter is an
- * error here, before anything is written.
- */
-void
-fm_decide(const FmLimit *limit, const FmCounter *current, int64 amount,
-		  TimestampTz at, TimestampTz period_end, bool record,
-		  FmDecision *decision, FmCounter *after)
-{
-	FmCounter	next = *current;
-	int64		used_after;
-	bool		granted;
-
-	fm_counter_report(fm_counter_add_event(&next, amount, at));
-	used_after = fm_used_of(&next, limit->aggregation);
-	granted = !limit->limited || !limit->hard || used_after <= limit->quota;
-	fm_decision_at(limit, granted,
-				   (record && granted) ? used_after : fm_used_of(current, limit->aggregation),
-				   period_end, decision);
-	if (after)
-		*after = next;
-}
-
-/* A decision whose usage (after recording, when granted and recorded) is used. */
-void
-fm_decision_at(const FmLimit *limit, bool granted, int64 used,
-			   TimestampTz period_end, FmDecision *decision)
-{
-	decision->granted = granted;
-	decision->used = used;
-	decision->limited = limit->limited;
-	decision->quota = limit->quota;
-	decision->remaining = 0;
-	decision->overage = 0;
-	if (limit->limited)
-	{
-		if (used < limit->quota)
-			decision->remaining = limit->quota - used;
-		else
-			decision->overage = used - limit->quota;
-	}
-	decision->resets = limit->period != FM_PERIOD_LIFETIME;
-	decision->resets_at = period_end;
-}
-
-/* ---------------------------------------------------------------------
- * Argument checks
- * ---------------------------------------------------------------------
- */
-/* How many bytes of s to quote in a message: 64, never half a character. */
-static int
-clip(const char *s)
-{
-	return pg_mbcliplen(s, strlen(s), 64);
-}
-
-void
-fm_check_tenant(const char *tenant)
-{
-	size_t		len = strlen(tenant);
-
-	if (len == 0 || len > FM_TENANT_MAX_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid tenant id \"%.*s\"", clip(tenant), tenant),
-				 errdetail("A tenant id is 1 to %d bytes long.", FM_TENANT_MAX_BYTES)));
-}
-
-/* Longer names cannot exist (flagmeter.check_name); say so plainly. */
-void
-fm_check_meter_name(const char *meter)
-{
-	if (strlen(meter) > FM_NAME_MAX_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_NAME),
-				 errmsg("meter name is too long: \"%.*s...\"", clip(meter), meter),
-				 errdetail("Meter names are at most %d characters.", FM_NAME_MAX_BYTES)));
-}
-
-void
-fm_check_key(const char *key)
-{
-	size_t		len = strlen(key);
-
-	if (len == 0 || len > FM_KEY_MAX_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid idempotency key \"%.*s\"", clip(key), key),
-				 errdetail("An idempotency key is 1 to %d bytes long.", FM_KEY_MAX_BYTES)));
-}
-
-void
-fm_check_amount(int64 amount, bool zero_allowed)
-{
-	if (amount < 0 || (amount == 0 && !zero_allowed))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg(zero_allowed ? "amount must not be negative: " INT64_FORMAT :
-						"amount must be positive: " INT64_FORMAT, amount)));
-}
-
-void
-fm_check_timestamp(TimestampTz ts)
-{
-	if (TIMESTAMP_NOT_FINITE(ts) || ts < FM_TS_MIN || ts > FM_TS_MAX)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
-				 errmsg("timestamp out of range"),
-				 errdetail("Events must lie between 0001-01-01 and 9999-12-31 UTC.")));
-}
-
-static void
-null_argument(const char *what)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			 errmsg("%s must not be NULL", what)));
-}
-
-char *
-fm_arg_tenant(FunctionCallInfo fcinfo, int argno)
-{
-	char	   *tenant;
-
-	if (PG_ARGISNULL(argno))
-		null_argument("tenant");
-	tenant = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	fm_check_tenant(tenant);
-	return tenant;
-}
-
-char *
-fm_arg_meter(FunctionCallInfo fcinfo, int argno)
-{
-	char	   *meter;
-
-	if (PG_ARGISNULL(argno))
-		null_argument("meter");
-	meter = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	fm_check_meter_name(meter);
-	return meter;
-}
-
-/* NULL when the argument is NULL (no key) */
-char *
-fm_arg_key(FunctionCallInfo fcinfo, int argno)
-{
-	char	   *key;
-
-	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
-		return NULL;
-	key = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	fm_check_key(key);
-	return key;
 }

@@ -1,0 +1,281 @@
+/*
+ * args.c
+ *	  The argument checks of every SQL call (see args.h).
+ */
+#include "postgres.h"
+#include "fmgr.h"
+
+#include "catalog/pg_type.h"
+#include "mb/pg_wchar.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "args.h"
+#include "counter_core.h"
+
+/* How many bytes of s to quote in a message: 64, never half a character. */
+static int
+clip(const char *s)
+{
+	return pg_mbcliplen(s, strlen(s), 64);
+}
+
+void
+fm_null_argument(const char *what)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("%s must not be NULL", what)));
+}
+
+void
+fm_check_tenant(const char *tenant)
+{
+	size_t		len = strlen(tenant);
+
+	if (len == 0 || len > FM_TENANT_MAX_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid tenant id \"%.*s\"", clip(tenant), tenant),
+				 errdetail("A tenant id is 1 to %d bytes long.", FM_TENANT_MAX_BYTES)));
+}
+
+/* Longer names cannot exist (flagmeter.check_name); say so plainly. */
+void
+fm_check_meter_name(const char *meter)
+{
+	if (strlen(meter) > FM_NAME_MAX_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("meter name is too long: \"%.*s...\"", clip(meter), meter),
+				 errdetail("Meter names are at most %d characters.", FM_NAME_MAX_BYTES)));
+}
+
+void
+fm_check_key(const char *key)
+{
+	size_t		len = strlen(key);
+
+	if (len == 0 || len > FM_KEY_MAX_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid idempotency key \"%.*s\"", clip(key), key),
+				 errdetail("An idempotency key is 1 to %d bytes long.", FM_KEY_MAX_BYTES)));
+}
+
+void
+fm_check_amount(int64 amount, bool zero_allowed)
+{
+	if (amount < 0 || (amount == 0 && !zero_allowed))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg(zero_allowed ? "amount must not be negative: " INT64_FORMAT :
+						"amount must be positive: " INT64_FORMAT, amount)));
+}
+
+void
+fm_check_timestamp(TimestampTz ts)
+{
+	if (TIMESTAMP_NOT_FINITE(ts) || ts < FM_TS_MIN || ts > FM_TS_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("timestamp out of range"),
+				 errdetail("Events must lie between 0001-01-01 and 9999-12-31 UTC.")));
+}
+
+char *
+fm_arg_tenant(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *tenant;
+
+	if (PG_ARGISNULL(argno))
+		fm_null_argument("tenant");
+	tenant = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	fm_check_tenant(tenant);
+	return tenant;
+}
+
+char *
+fm_arg_meter(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *meter;
+
+	if (PG_ARGISNULL(argno))
+		fm_null_argument("meter");
+	meter = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	fm_check_meter_name(meter);
+	return meter;
+}
+
+char *
+fm_arg_key(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *key;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	key = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	fm_check_key(key);
+	return key;
+}
+
+int64
+fm_arg_amount(FunctionCallInfo fcinfo, int argno, bool zero_allowed)
+{
+	int64		amount;
+
+	if (PG_ARGISNULL(argno))
+		fm_null_argument("amount");
+	amount = PG_GETARG_INT64(argno);
+	fm_check_amount(amount, zero_allowed);
+	return amount;
+}
+
+TimestampTz
+fm_arg_timestamp(FunctionCallInfo fcinfo, int argno, const char *what)
+{
+	TimestampTz ts;
+
+	if (PG_ARGISNULL(argno))
+		fm_null_argument(what);
+	ts = PG_GETARG_TIMESTAMPTZ(argno);
+	fm_check_timestamp(ts);
+	return ts;
+}
+
+void
+fm_check_array_length(const char *what, int n, int expected)
+{
+	if (n != expected)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s has %d elements, expected %d", what, n, expected),
+				 errdetail("The arrays of one call are parallel: element i of each describes event i.")));
+}
+
+/* The elements of array argument argno, which must be one-dimensional. */
+static void
+deconstruct_arg(FunctionCallInfo fcinfo, int argno, const char *what, Oid elemtype,
+				Datum **elems, bool **isnull, int *n)
+{
+	ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(argno);
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", what)));
+	if (elemtype == TEXTOID)
+	{
+		typlen = -1;
+		typbyval = false;
+		typalign = TYPALIGN_INT;
+	}
+	else
+	{
+		/* bigint and timestamptz */
+		typlen = 8;
+		typbyval = FLOAT8PASSBYVAL;
+		typalign = TYPALIGN_DOUBLE;
+	}
+	deconstruct_array(arr, elemtype, typlen, typbyval, typalign, elems, isnull, n);
+}
+
+char **
+fm_arg_text_array(FunctionCallInfo fcinfo, int argno, const char *what, int *n,
+				  bool nulls_allowed)
+{
+	Datum	   *elems;
+	bool	   *isnull;
+	char	  **out;
+	int			i;
+
+	if (PG_ARGISNULL(argno))
+		fm_null_argument(what);
+	deconstruct_arg(fcinfo, argno, what, TEXTOID, &elems, &isnull, n);
+	out = palloc(sizeof(char *) * Max(*n, 1));
+	for (i = 0; i < *n; i++)
+	{
+		if (isnull[i])
+		{
+			if (!nulls_allowed)
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("%s must not contain NULLs", what)));
+			out[i] = NULL;
+		}
+		else
+			out[i] = TextDatumGetCString(elems[i]);
+	}
+	return out;
+}
+
+int64 *
+fm_arg_amount_array(FunctionCallInfo fcinfo, int argno, int expected,
+					bool zero_allowed)
+{
+	Datum	   *elems;
+	bool	   *isnull;
+	int64	   *out;
+	int			n,
+				i;
+
+	if (PG_ARGISNULL(argno))
+		fm_null_argument("amounts");
+	deconstruct_arg(fcinfo, argno, "amounts", INT8OID, &elems, &isnull, &n);
+	fm_check_array_length("amounts", n, expected);
+	out = palloc(sizeof(int64) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		if (isnull[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("amounts must not contain NULLs")));
+		out[i] = DatumGetInt64(elems[i]);
+		fm_check_amount(out[i], zero_allowed);
+	}
+	return out;
+}
+
+/*
+ * A timestamptz array argument of expected elements; a NULL array or
+ * element means null_means.  The instants are not checked here: callers
+ * check each with fm_check_timestamp in their validation pass.
+ */
+TimestampTz *
+fm_arg_timestamp_array(FunctionCallInfo fcinfo, int argno, const char *what,
+					   int expected, TimestampTz null_means)
+{
+	TimestampTz *out = palloc(sizeof(TimestampTz) * Max(expected, 1));
+	Datum	   *elems;
+	bool	   *isnull;
+	int			n,
+				i;
+
+	if (PG_ARGISNULL(argno))
+	{
+		for (i = 0; i < expected; i++)
+			out[i] = null_means;
+		return out;
+	}
+	deconstruct_arg(fcinfo, argno, what, TIMESTAMPTZOID, &elems, &isnull, &n);
+	fm_check_array_length(what, n, expected);
+	for (i = 0; i < n; i++)
+		out[i] = isnull[i] ? null_means : DatumGetTimestampTz(elems[i]);
+	return out;
+}
+
+/*
+ * check_tenant(tenant) -> void: the SQL catalog functions' tenant check,
+ * this file's, so that both sides raise the same error for the same bound.
+ */
+PG_FUNCTION_INFO_V1(fm_check_tenant_sql);
+Datum
+fm_check_tenant_sql(PG_FUNCTION_ARGS)
+{
+	(void) fm_arg_tenant(fcinfo, 0);
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,50 @@
+/*
+ * args.h
+ *	  The argument checks of every SQL call (args.c): one function per
+ *	  kind of value, each raising the documented SQLSTATE and message, so
+ *	  that a bad value reads the same whichever call it was passed to.
+ *	  Every call checks all its arguments before it writes anything.
+ */
+#ifndef FLAGMETER_ARGS_H
+#define FLAGMETER_ARGS_H
+
+#include "postgres.h"
+#include "fmgr.h"
+#include "datatype/timestamp.h"
+
+#include "bounds.h"
+
+/* 22004 "<what> must not be NULL" */
+extern void fm_null_argument(const char *what) pg_attribute_noreturn();
+
+/* Checks of values, wherever they come from. */
+extern void fm_check_tenant(const char *tenant);
+extern void fm_check_meter_name(const char *meter);
+extern void fm_check_key(const char *key);
+extern void fm_check_amount(int64 amount, bool zero_allowed);
+extern void fm_check_timestamp(TimestampTz ts);
+
+/* Scalar arguments: NULL is an error, except for the key (NULL: no key). */
+extern char *fm_arg_tenant(FunctionCallInfo fcinfo, int argno);
+extern char *fm_arg_meter(FunctionCallInfo fcinfo, int argno);
+extern char *fm_arg_key(FunctionCallInfo fcinfo, int argno);
+extern int64 fm_arg_amount(FunctionCallInfo fcinfo, int argno, bool zero_allowed);
+extern TimestampTz fm_arg_timestamp(FunctionCallInfo fcinfo, int argno,
+									const char *what);
+
+/*
+ * Array arguments of the batch calls, one-dimensional, element i of each
+ * describing event i.  fm_arg_text_array returns the strings (NULL
+ * elements as NULL pointers when allowed) and their count;
+ * fm_arg_amount_array needs exactly expected valid amounts.
+ */
+extern char **fm_arg_text_array(FunctionCallInfo fcinfo, int argno, const char *what,
+								int *n, bool nulls_allowed);
+extern int64 *fm_arg_amount_array(FunctionCallInfo fcinfo, int argno, int expected,
+								  bool zero_allowed);
+extern TimestampTz *fm_arg_timestamp_array(FunctionCallInfo fcinfo, int argno,
+										   const char *what, int expected,
+										   TimestampTz null_means);
+extern void fm_check_array_length(const char *what, int n, int expected);
+
+#endif							/* FLAGMETER_ARGS_H */

@@ -1,0 +1,508 @@
+/*
+ * consume.c
+ *	  consume(): the atomic check-and-record against a limit, for one meter
+ *	  or all-or-nothing across several.  A hard limit is never exceeded,
+ *	  whatever the concurrency: every consume of a period decides on its
+ *	  stripe 0 (usage_rows.h) once it holds that row's lock, counting the
+ *	  track stripes as committed before.  A retried idempotency key returns
+ *	  the original decision and records nothing (event_keys.c).
+ */
+#include "postgres.h"
+#include "fmgr.h"
+#include "funcapi.h"
+
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "common/int.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "args.h"
+#include "counter.h"
+#include "decision.h"
+#include "event_keys.h"
+#include "limit_lookup.h"
+#include "notify.h"
+#include "period.h"
+#include "track_alerts.h"
+#include "usage_rows.h"
+
+/*
+ * consume's read: the other stripes (tracked usage) and stripe 0 locked
+ * (its latest committed value), in one statement; the first column says
+ * which is which.  The tracked rows come first: the Append runs its
+ * branches in order, so they are read before the lock is requested, not
+ * while it is held (a hot tenant has a stripe per concurrent tracker), and
+ * as the statement's snapshot shows them.
+ */
+static FmStatement lock_for_consume_stmt = {
+	"SELECT false, o.counter FROM flagmeter.counters o"
+	" WHERE o.tenant" FM_EQ "$1 AND o.meter" FM_EQ "$2 AND o.period_start" FM_EQ "$3"
+	" AND" FM_IS_TRACK_STRIPE("o.stripe")
+	" UNION ALL"
+	" SELECT true, l.counter FROM (" FM_STRIPE0_SELECT " FOR UPDATE) l",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+/* consume's write: stripe 0 (locked) gets its new value, and the event */
+static FmStatement record_consumed_stmt = {
+	"WITH event AS ("
+	"  INSERT INTO flagmeter.events"
+	"   (tenant, meter, amount, occurred_at, recorded_at, idempotency_key)"
+	"  VALUES ($1, $2, $5, $6, $6, $7)"
+	")"
+	" UPDATE flagmeter.counters SET counter = $4"
+	" WHERE tenant" FM_EQ "$1 AND meter" FM_EQ "$2 AND period_start" FM_EQ "$3"
+	" AND stripe" FM_EQ "0::pg_catalog.int2",
+	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, FM_TYPE_COUNTER, INT8OID,
+	TIMESTAMPTZOID, TEXTOID}
+};
+
+/*
+ * consume_one's statements.  First, before any lock: the event, returning
+ * where it went (a refusal deletes it), and the tracked stripes.  The
+ * Append runs its branches in order, so the event is inserted first.
+ */
+static FmStatement consume_event_stmt = {
+	"WITH event AS ("
+	"  INSERT INTO flagmeter.events"
+	"   (tenant, meter, amount, occurred_at, recorded_at)"
+	"  VALUES ($1, $2, $4, $5, $5)"
+	"  RETURNING tableoid, ctid"
+	")"
+	" SELECT e.tableoid, e.ctid, NULL::flagmeter.quota_counter FROM event e"
+	" UNION ALL"
+	" SELECT NULL, NULL, o.counter FROM flagmeter.counters o"
+	" WHERE o.tenant" FM_EQ "$1 AND o.meter" FM_EQ "$2 AND o.period_start" FM_EQ "$3"
+	" AND" FM_IS_TRACK_STRIPE("o.stripe"),
+	5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}
+};
+
+/*
+ * Then the one conditional statement: stripe 0 gets the event if its own
+ * usage is at most $5 (NULL: no bound), the room the limit leaves it once
+ * the tracked usage and the event are counted.  Sum and count add up over
+ * merges, so the bound on the merged usage is a bound on stripe 0's.
+ */
+#define CONSUME_STRIPE0(used_fn) \
+	"UPDATE flagmeter.counters c" \
+	" SET counter = c.counter OPERATOR(flagmeter.+) $4" \
+	" WHERE c.tenant" FM_EQ "$1 AND c.meter" FM_EQ "$2 AND c.period_start" FM_EQ "$3" \
+	" AND c.stripe" FM_EQ "0::pg_catalog.int2" \
+	" AND ($5 IS NULL OR " used_fn "(c.counter) OPERATOR(pg_catalog.<=) $5)" \
+	" RETURNING c.counter"
+#define CONSUME_STRIPE0_ARGTYPES \
+	{TEXTOID, TEXTOID, TIMESTAMPTZOID, FM_TYPE_COUNTER, INT8OID}
+
+static FmStatement consume_sum_stmt = {
+	CONSUME_STRIPE0("flagmeter.used"),
+	5, CONSUME_STRIPE0_ARGTYPES
+};
+
+static FmStatement consume_count_stmt = {
+	CONSUME_STRIPE0("flagmeter.events"),
+	5, CONSUME_STRIPE0_ARGTYPES
+};
+
+/*
+ * Lock stripe 0 of the period for consume (creating it first if needed)
+ * and read it and the tracked usage, in one statement.
+ */
+static void
+lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start,
+				 FmCounter *stripe0, FmCounter *tracked)
+{
+	Datum		args[3];
+	bool		found = false;
+	bool		isnull;
+	uint64		i;
+
+	fm_period_args(args, tenant, meter, period_start);
+	fm_execute(&lock_for_consume_stmt, args, NULL, false, 0);
+	for (i = 0; i < SPI_processed && !found; i++)
+		found = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+										   1, &isnull));
+	if (!found)
+	{
+		fm_create_stripe0(args);
+		fm_execute(&lock_for_consume_stmt, args, NULL, false, 0);
+	}
+
+	*stripe0 = fm_empty_counter();
+	*tracked = fm_empty_counter();
+	found = false;
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		is_stripe0 = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc, 1, &isnull));
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
+
+		fm_counter_report(fm_counter_merge(is_stripe0 ? stripe0 : tracked,
+										   DatumGetFmCounterP(d)));
+		found = found || is_stripe0;
+	}
+	if (!found)
+		elog(ERROR, "could not lock the counter of tenant \"%s\" meter \"%s\"",
+			 tenant, meter);
+}
+
+typedef struct ConsumeItem
+{
+	const char *meter;
+	int64		amount;
+	FmLimit		limit;
+	TimestampTz period_start;
+	TimestampTz period_end;
+	FmCounter	tracked;		/* the other stripes, as seen before the lock */
+	FmCounter	stripe0;		/* stripe 0 as locked */
+	FmCounter	stripe0_after;	/* stripe 0 once the item is recorded */
+} ConsumeItem;
+
+static int
+compare_items_by_meter(const void *a, const void *b)
+{
+	return strcmp((*(ConsumeItem *const *) a)->meter,
+				  (*(ConsumeItem *const *) b)->meter);
+}
+
+/*
+ * consume of one sum or count meter without an idempotency key, the common
+ * call.  A hot tenant's consumes run one at a time behind stripe 0's row
+ * lock, held through the commit flush, so what runs under the lock bounds
+ * their rate: here only one conditional UPDATE (docs/design.md, "consume"),
+ * deciding on stripe 0's latest committed version (READ COMMITTED
+ * rechecks the condition on it after waiting for a concurrent consume).
+ * The event is inserted and the tracked stripes read before it, so the
+ * lock is held for that one statement, not for a read, a decision and a
+ * write as in decide_items; a refusal deletes the event again.
+ */
+static FmDecision *
+consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
+{
+	const FmLimit *limit = &item->limit;
+	FmStatement *update = limit->aggregation == FM_AGG_COUNT ?
+		&consume_count_stmt : &consume_sum_stmt;
+	FmDecision *decision = SPI_palloc(sizeof(FmDecision));
+	FmCounter	delta = fm_empty_counter();
+	FmCounter	tracked = fm_empty_counter();
+	FmCounter	counted;
+	Datum		args[5];
+	Oid			event_rel = InvalidOid;
+	ItemPointerData event_tid;
+	int64		room = 0;
+	bool		bounded = limit->limited && limit->hard;
+	uint64		i;
+
+	ItemPointerSetInvalid(&event_tid);
+	fm_period_args(args, tenant, item->meter, item->period_start);
+	args[3] = Int64GetDatum(item->amount);
+	args[4] = TimestampTzGetDatum(now);
+	fm_execute(&consume_event_stmt, args, NULL, false, 0);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		Datum		d = SPI_getbinval(row, desc, 3, &isnull);
+
+		if (!isnull)
+			fm_counter_report(fm_counter_merge(&tracked, DatumGetFmCounterP(d)));
+		else
+		{
+			event_rel = DatumGetObjectId(SPI_getbinval(row, desc, 1, &isnull));
+			ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(row, desc, 2, &isnull)),
+							&event_tid);
+		}
+	}
+	if (!OidIsValid(event_rel))
+		elog(ERROR, "consume inserted no event for tenant \"%s\" meter \"%s\"",
+			 tenant, item->meter);
+
+	/* the room stripe 0 has: quota - tracked - the event (< 0: none) */
+	fm_counter_report(fm_counter_add_event(&delta, item->amount, now));
+	counted = tracked;
+	fm_counter_report(fm_counter_merge(&counted, &delta));
+	if (bounded && pg_sub_s64_overflow(limit->quota,
+									   fm_used_of(&counted, limit->aggregation), &room))
+		room = -1;				/* more than a bigint beyond the quota */
+
+	args[3] = FmCounterPGetDatum(&delta);
+	args[4] = Int64GetDatum(room);
+	fm_execute(update, args, bounded ? NULL : "    n", false, 0);
+	if (SPI_processed == 0)
+	{
+		/*
+		 * No room, or no stripe 0 in this statement's snapshot: create it
+		 * (a concurrent consume may have, after the snapshot; then this
+		 * waits for it to commit) and decide again in a newer snapshot.
+		 */
+		fm_create_stripe0(args);
+		fm_execute(update, args, bounded ? NULL : "    n", false, 0);
+	}
+
+	if (SPI_processed == 1)
+	{
+		FmCounter	after = fm_merge_result_rows();	/* stripe 0, as updated */
+
+		fm_counter_report(fm_counter_merge(&after, &tracked));
+		fm_decision_at(limit, true, fm_used_of(&after, limit->aggregation),
+					   item->period_end, decision);
+		fm_announce_usage_level(tenant, item->meter, limit, item->period_start, &after);
+	}
+	else
+	{
+		Relation	rel = table_open(event_rel, RowExclusiveLock);
+		FmCounter	current;
+
+		simple_table_tuple_delete(rel, &event_tid, GetActiveSnapshot());
+		table_close(rel, RowExclusiveLock);
+
+		current = fm_read_stripe0(args);
+		fm_counter_report(fm_counter_merge(&current, &tracked));
+		/* as decide_items (fm_decide raises the event's overflow) */
+		fm_decide(limit, &current, item->amount, now, item->period_end, false,
+				  decision, NULL);
+		decision->granted = false;
+	}
+	decision->meter = item->meter;
+	return decision;
+}
+
+/*
+ * Lock every item's stripe 0 and decide on it: all granted or all refused
+ * (each refused decision then shows the usage unchanged).  Fills
+ * decisions[] (SPI memory) and each item's stripe 0 after recording,
+ * checked for overflow before anything is written.
+ *
+ * Every consume of a period goes through its stripe 0, locked in
+ * meter-name order so that concurrent multi-meter consumes cannot
+ * deadlock; SELECT ... FOR UPDATE returns its latest committed value, so a
+ * hard limit is never exceeded by consumes.  The other stripes hold
+ * tracked usage, read just before the lock, as committed then: track is
+ * never refused and does not serialize with consume, and reading it before
+ * the lock keeps the lock held only for the decision and the write.
+ */
+static bool
+decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
+			 FmDecision *decisions)
+{
+	ConsumeItem **order = palloc(sizeof(ConsumeItem *) * n);
+	FmCounter  *currents = palloc(sizeof(FmCounter) * n);
+	bool		all_granted = true;
+	int			i;
+
+	for (i = 0; i < n; i++)
+		order[i] = &items[i];
+	qsort(order, n, sizeof(ConsumeItem *), compare_items_by_meter);
+	for (i = 0; i < n; i++)
+		lock_for_consume(tenant, order[i]->meter, order[i]->period_start,
+						 &order[i]->stripe0, &order[i]->tracked);
+
+	for (i = 0; i < n; i++)
+	{
+		currents[i] = items[i].stripe0;
+		fm_counter_report(fm_counter_merge(&currents[i], &items[i].tracked));
+		fm_decide(&items[i].limit, &currents[i], items[i].amount, now,
+				  items[i].period_end, true, &decisions[i], NULL);
+		decisions[i].meter = items[i].meter;
+		if (!decisions[i].granted)
+			all_granted = false;
+		items[i].stripe0_after = items[i].stripe0;
+		fm_counter_report(fm_counter_add_event(&items[i].stripe0_after,
+											   items[i].amount, now));
+	}
+	if (all_granted)
+		return true;
+	for (i = 0; i < n; i++)
+	{
+		fm_decide(&items[i].limit, &currents[i], items[i].amount, now,
+				  items[i].period_end, false, &decisions[i], NULL);
+		decisions[i].meter = items[i].meter;
+		decisions[i].granted = false;
+	}
+	return false;
+}
+
+/*
+ * Remember the decisions under the key.  When a concurrent call with the
+ * key committed first, returns its decisions (which win); else NULL.
+ */
+static FmDecision *
+remember_decisions(const char *tenant, const char *key, ConsumeItem *items, int n,
+				   TimestampTz now, const FmDecision *decisions)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		if (!fm_claim_key(tenant, key, i, items[i].meter, items[i].amount, now,
+						  items[i].period_start, "consume", &decisions[i]))
+		{
+			FmDecision *remembered = fm_replayed_decisions(tenant, key);
+
+			if (remembered == NULL)
+				elog(ERROR, "idempotency key \"%s\" of tenant \"%s\" was claimed but has no decision",
+					 key, tenant);
+			return remembered;
+		}
+	}
+	return NULL;
+}
+
+/* Write granted items: stripe 0's new value and the event, then announce. */
+static void
+record_items(const char *tenant, const char *key, ConsumeItem *items, int n,
+			 TimestampTz now, const FmDecision *decisions)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		Datum		args[7];
+
+		args[0] = CStringGetTextDatum(tenant);
+		args[1] = CStringGetTextDatum(items[i].meter);
+		args[2] = TimestampTzGetDatum(items[i].period_start);
+		args[3] = FmCounterPGetDatum(&items[i].stripe0_after);
+		args[4] = Int64GetDatum(items[i].amount);
+		args[5] = TimestampTzGetDatum(now);
+		args[6] = key ? CStringGetTextDatum(key) : (Datum) 0;
+		fm_execute(&record_consumed_stmt, args, key ? NULL : "      n", false, 0);
+		if (items[i].limit.limited)
+			fm_queue_usage_level(tenant, items[i].meter, items[i].period_start,
+								 decisions[i].used, items[i].limit.quota,
+								 items[i].limit.hard, items[i].limit.thresholds,
+								 items[i].limit.nthresholds);
+	}
+}
+
+/*
+ * The heart of consume: decide and record all items or none.  Returns the
+ * decisions in item order (memory that outlives SPI).  The common call
+ * (one sum or count meter, no key) takes consume_one's shorter path.
+ */
+static FmDecision *
+consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
+{
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	FmDecision *decisions;
+	int			i;
+
+	fm_lock_counters_for_write();
+	SPI_connect();
+
+	for (i = 0; i < n; i++)
+	{
+		fm_load_limit(tenant, items[i].meter, false, &items[i].limit);
+		fm_period_bounds(items[i].limit.period, items[i].limit.anchor,
+						 items[i].limit.tz, now,
+						 &items[i].period_start, &items[i].period_end);
+	}
+
+	if (n == 1 && key == NULL &&
+		(items[0].limit.aggregation == FM_AGG_SUM ||
+		 items[0].limit.aggregation == FM_AGG_COUNT))
+		decisions = consume_one(tenant, &items[0], now);
+	else if (key && (decisions = fm_replayed_decisions(tenant, key)) != NULL)
+	{
+		/* a retried key: the original decision, nothing recorded */
+	}
+	else
+	{
+		FmDecision *remembered = NULL;
+		bool		granted;
+
+		decisions = SPI_palloc(sizeof(FmDecision) * n);
+		granted = decide_items(tenant, items, n, now, decisions);
+		if (key)
+			remembered = remember_decisions(tenant, key, items, n, now, decisions);
+		if (remembered)
+			decisions = remembered;
+		else if (granted)
+			record_items(tenant, key, items, n, now, decisions);
+	}
+	SPI_finish();
+	return decisions;
+}
+
+/* consume(tenant, meter, amount, idempotency_key) -> decision */
+PG_FUNCTION_INFO_V1(fm_consume);
+Datum
+fm_consume(PG_FUNCTION_ARGS)
+{
+	char	   *tenant = fm_arg_tenant(fcinfo, 0);
+	ConsumeItem item;
+	char	   *key = fm_arg_key(fcinfo, 3);
+	FmDecision *decision;
+	TupleDesc	desc;
+
+	memset(&item, 0, sizeof(item));
+	item.meter = fm_arg_meter(fcinfo, 1);
+	item.amount = fm_arg_amount(fcinfo, 2, false);
+
+	desc = fm_decision_desc(fcinfo);
+
+	decision = consume_items(tenant, &item, 1, key);
+	PG_RETURN_DATUM(HeapTupleGetDatum(fm_decision_tuple(desc, &decision[0])));
+}
+
+/* consume(tenant, meters[], amounts[], idempotency_key) -> setof decision */
+PG_FUNCTION_INFO_V1(fm_consume_multi);
+Datum
+fm_consume_multi(PG_FUNCTION_ARGS)
+{
+	char	   *tenant = fm_arg_tenant(fcinfo, 0);
+	char	   *key = fm_arg_key(fcinfo, 3);
+	char	  **meters;
+	int64	   *amounts;
+	ConsumeItem *items;
+	FmDecision *decisions;
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			n,
+				i,
+				j;
+
+	if (PG_ARGISNULL(1))
+		fm_null_argument("meters");
+	if (PG_ARGISNULL(2))
+		fm_null_argument("amounts");
+	meters = fm_arg_text_array(fcinfo, 1, "meters", &n, false);
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("meters must not be empty")));
+	if (n > FM_MAX_METERS_PER_CONSUME)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many meters in one consume: %d", n),
+				 errdetail("One consume names at most %d meters.", FM_MAX_METERS_PER_CONSUME)));
+
+	amounts = fm_arg_amount_array(fcinfo, 2, n, false);
+	items = palloc0(sizeof(ConsumeItem) * n);
+	for (i = 0; i < n; i++)
+		items[i].amount = amounts[i];
+	for (i = 0; i < n; i++)
+	{
+		fm_check_meter_name(meters[i]);
+		for (j = 0; j < i; j++)
+			if (strcmp(meters[i], meters[j]) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("meter \"%s\" is listed twice", meters[i]),
+						 errhint("Add the amounts up into one element.")));
+		items[i].meter = meters[i];
+	}
+
+	decisions = consume_items(tenant, items, n, key);
+
+	InitMaterializedSRF(fcinfo, 0);
+	for (i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult,
+							fm_decision_tuple(rsinfo->setDesc, &decisions[i]));
+	return (Datum) 0;
+}

@@ -1,0 +1,60 @@
+/*
+ * limit.h
+ *	  A limit as the calls use it: the meter's aggregation and the quota,
+ *	  period, mode and thresholds in force for one tenant.  Where it comes
+ *	  from is limit_lookup.h; what it decides is decision.h.
+ */
+#ifndef FLAGMETER_LIMIT_H
+#define FLAGMETER_LIMIT_H
+
+#include "postgres.h"
+#include "datatype/timestamp.h"
+#include "pgtime.h"
+
+#include "bounds.h"
+#include "counter_core.h"
+#include "period.h"
+
+/* Which figure of the counter a meter's "used" is. */
+typedef enum FmAggregation
+{
+	FM_AGG_SUM,					/* sum of amounts */
+	FM_AGG_COUNT,				/* number of events */
+	FM_AGG_MAX,					/* greatest amount */
+	FM_AGG_LATEST				/* amount of the latest event */
+} FmAggregation;
+
+typedef struct FmLimit
+{
+	FmAggregation aggregation;
+	bool		limited;		/* false: no quota applies */
+	int64		quota;			/* when limited */
+	bool		hard;			/* hard: consume refuses past the quota */
+	FmPeriodKind period;
+	TimestampTz anchor;
+	pg_tz	   *tz;
+	int			nthresholds;
+	int			thresholds[FM_MAX_THRESHOLDS];	/* percentages, ascending */
+	int32		fingerprint;	/* of what decides the announcements: track
+								 * re-reads a period whose recheck figure was
+								 * worked out for another one */
+} FmLimit;
+
+/* The usage a counter shows for a meter of this aggregation. */
+extern int64 fm_used_of(const FmCounter *c, FmAggregation aggregation);
+
+/* The names flagmeter.meters uses for aggregations, both ways. */
+extern const char *fm_aggregation_name(FmAggregation aggregation);
+extern FmAggregation fm_aggregation_from_name(const char *name);
+
+/* limit->fingerprint's value: a hash of the fields announcements depend on */
+extern int32 fm_limit_fingerprint(const FmLimit *limit);
+
+/*
+ * The hash of a (tenant, meter) pair, from the strings: the caches' keys
+ * pad them to hundreds of bytes, and hashed as blobs they were half of a
+ * lookup.
+ */
+extern uint32 fm_tenant_meter_hash(const char *tenant, const char *meter);
+
+#endif							/* FLAGMETER_LIMIT_H */

@@ -1,0 +1,111 @@
+/*
+ * reads.c
+ *	  check() and usage(): read only, in the caller's snapshot (they are
+ *	  STABLE), exact: every committed event and the caller's own.
+ */
+#include "postgres.h"
+#include "fmgr.h"
+#include "funcapi.h"
+
+#include "access/xact.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "args.h"
+#include "counter.h"
+#include "decision.h"
+#include "limit_lookup.h"
+#include "period.h"
+#include "pk_scan.h"
+
+/*
+ * The merge of the counter rows of (tenant, meter, period_start) in the
+ * active snapshot, by a direct scan of flagmeter.counters' primary key
+ * (pk_scan.c says why); 22003 when the merge overflows.
+ */
+static FmCounter
+scan_period(const char *tenant, const char *meter, TimestampTz period_start)
+{
+	/* (tenant, meter, period_start): the leading columns of the key */
+	const Datum keys[3] = {CStringGetTextDatum(tenant), CStringGetTextDatum(meter),
+	TimestampTzGetDatum(period_start)};
+	const Oid	eqprocs[3] = {F_TEXTEQ, F_TEXTEQ, F_TIMESTAMPTZ_EQ};
+	FmPkScan	s;
+	AttrNumber	counter_attnum;
+	FmCounter	total;
+
+	fm_counter_init(&total);
+	fm_pk_scan_begin(&s, "counters", 3, keys, eqprocs, GetActiveSnapshot());
+	counter_attnum = fm_pk_scan_attnum(&s, "counter");
+	while (fm_pk_scan_next(&s))
+	{
+		bool		isnull;
+		Datum		d = slot_getattr(s.slot, counter_attnum, &isnull);
+
+		if (!isnull)
+			fm_counter_report(fm_counter_merge(&total, DatumGetFmCounterP(d)));
+	}
+	fm_pk_scan_end(&s);
+	return total;
+}
+
+/* check(tenant, meter, amount) -> decision */
+PG_FUNCTION_INFO_V1(fm_check);
+Datum
+fm_check(PG_FUNCTION_ARGS)
+{
+	char	   *tenant = fm_arg_tenant(fcinfo, 0);
+	char	   *meter = fm_arg_meter(fcinfo, 1);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	int64		amount;
+	FmLimit		limit;
+	TimestampTz period_start;
+	TimestampTz period_end;
+	FmCounter	current;
+	FmDecision	decision;
+	TupleDesc	desc;
+	HeapTuple	tuple;
+
+	amount = fm_arg_amount(fcinfo, 2, true);
+	desc = fm_decision_desc(fcinfo);
+
+	fm_load_limit(tenant, meter, true, &limit);
+	fm_period_bounds(limit.period, limit.anchor, limit.tz, now,
+					 &period_start, &period_end);
+	current = scan_period(tenant, meter, period_start);
+
+	fm_decide(&limit, &current, amount, now, period_end, false, &decision, NULL);
+	decision.meter = meter;
+	tuple = fm_decision_tuple(desc, &decision);
+	PG_RETURN_DATUM(HeapTupleGetDatum(tuple));
+}
+
+/* usage(tenant, meter, at) -> quota_counter of the period containing at */
+PG_FUNCTION_INFO_V1(fm_usage);
+Datum
+fm_usage(PG_FUNCTION_ARGS)
+{
+	char	   *tenant = fm_arg_tenant(fcinfo, 0);
+	char	   *meter = fm_arg_meter(fcinfo, 1);
+	TimestampTz at;
+	FmLimit		limit;
+	TimestampTz period_start;
+	TimestampTz period_end;
+	FmCounter	current;
+
+	at = fm_arg_timestamp(fcinfo, 2, "at");
+
+	fm_load_limit(tenant, meter, true, &limit);
+	fm_period_bounds(limit.period, limit.anchor, limit.tz, at,
+					 &period_start, &period_end);
+	current = scan_period(tenant, meter, period_start);
+
+	if (limit.limited)
+	{
+		current.flags |= FM_COUNTER_HAS_LIMIT;
+		current.limit_value = limit.quota;
+	}
+	PG_RETURN_FMCOUNTER_P(fm_counter_copy(&current));
+}

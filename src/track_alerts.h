@@ -1,0 +1,53 @@
+/*
+ * track_alerts.h
+ *	  The announcements of track and track_batch (track_alerts.c).
+ *	  Call inside SPI.
+ */
+#ifndef FLAGMETER_TRACK_ALERTS_H
+#define FLAGMETER_TRACK_ALERTS_H
+
+#include "postgres.h"
+#include "datatype/timestamp.h"
+
+#include "counter_core.h"
+#include "limit.h"
+
+/* The row a track statement wrote (its RETURNING list). */
+typedef struct StripeWritten
+{
+	int16		stripe;
+	FmCounter	counter;		/* after the increment */
+	bool		has_recheck;
+	int64		recheck_at;
+	int32		recheck_for;
+} StripeWritten;
+
+/* From row r of SPI_tuptable, columns first .. first + 3. */
+extern StripeWritten fm_stripe_written(uint64 r, int first);
+
+/* Queue the announcements a new usage level of a limited meter calls for. */
+extern void fm_announce_usage_level(const char *tenant, const char *meter,
+									const FmLimit *limit, TimestampTz period_start,
+									const FmCounter *total);
+
+/*
+ * Whether the period must be read after a write left its stripe as
+ * written (for max, this announces from the stripe itself and says no).
+ */
+extern bool fm_period_read_due(const char *tenant, const char *meter,
+							   const FmLimit *limit, TimestampTz period_start,
+							   const StripeWritten *written);
+
+/*
+ * The stripe's next recheck figure after a read found total over nstripes
+ * track stripes; false when the stripe already has it.
+ */
+extern bool fm_next_recheck(const FmLimit *limit, const StripeWritten *written,
+							const FmCounter *total, int nstripes, int64 *recheck_at);
+
+/* track's whole step after its write: read when due, announce, set the figure */
+extern void fm_announce_after_track(const char *tenant, const char *meter,
+									const FmLimit *limit, TimestampTz period_start,
+									const StripeWritten *written);
+
+#endif							/* FLAGMETER_TRACK_ALERTS_H */

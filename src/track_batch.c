@@ -1,0 +1,483 @@
+/*
+ * track_batch.c
+ *	  track_batch(): many events in one call, with the guarantees of
+ *	  track.  Everything is validated before anything is written; the call
+ *	  writes one statement of raw events and one increment per (tenant,
+ *	  meter, period) of the batch, into this backend's own stripe (a tag per
+ *	  period would fill the lock table: stripes.c), and reads only the
+ *	  periods that may have reached a level (track_alerts.c), all in one
+ *	  statement.
+ */
+#include "postgres.h"
+#include "fmgr.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/timestamp.h"
+
+#include "args.h"
+#include "counter.h"
+#include "event_keys.h"
+#include "limit_lookup.h"
+#include "period.h"
+#include "stripes.h"
+#include "track_alerts.h"
+#include "usage_rows.h"
+
+static FmStatement insert_events_batch_stmt = {
+	"INSERT INTO flagmeter.events"
+	" (tenant, meter, amount, occurred_at, recorded_at, idempotency_key)"
+	" SELECT u.t, u.m, u.a, u.o, $5, u.k"
+	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
+	"                pg_catalog.unnest($4), pg_catalog.unnest($6)) AS u(t, m, a, o, k)",
+	6, {TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID,
+	TIMESTAMPTZOID, TEXTARRAYOID}
+};
+
+/* the rows of many periods: (ordinal of the period in the arrays, counter, stripe) */
+static FmStatement read_groups_stmt = {
+	"SELECT u.i, c.counter, c.stripe"
+	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3))"
+	"      WITH ORDINALITY AS u(t, m, p, i)"
+	" JOIN flagmeter.counters c"
+	"   ON c.tenant" FM_EQ "u.t AND c.meter" FM_EQ "u.m AND c.period_start" FM_EQ "u.p",
+	3, {TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID}
+};
+
+static FmStatement add_to_stripes_batch_stmt = {
+	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)"
+	" SELECT u.t, u.m, u.p, $4, u.q"
+	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
+	"                pg_catalog.unnest($5)) AS u(t, m, p, q)"
+	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE"
+	" SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter"
+	" RETURNING c.tenant, c.meter, c.period_start,"
+	"  c.stripe, c.counter, c.recheck_at, c.recheck_for",
+	5, {TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT2OID,
+	FM_TYPE_COUNTER_ARRAY}
+};
+
+static FmStatement set_recheck_batch_stmt = {
+	"UPDATE flagmeter.counters c SET recheck_at = u.r, recheck_for = u.f"
+	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
+	"                pg_catalog.unnest($5), pg_catalog.unnest($6)) AS u(t, m, p, r, f)"
+	" WHERE c.tenant" FM_EQ "u.t AND c.meter" FM_EQ "u.m AND c.period_start" FM_EQ "u.p"
+	" AND c.stripe" FM_EQ "$4",
+	6, {TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT2OID,
+	INT8ARRAYOID, INT4ARRAYOID}
+};
+
+/* One (tenant, meter): its limit, loaded once per batch. */
+typedef struct BatchLimitEntry
+{
+	char		key[FM_TENANT_METER_KEY_BYTES];
+	FmLimit		limit;
+} BatchLimitEntry;
+
+/* One (tenant, meter, period): the increment of the batch. */
+typedef struct BatchGroupKey
+{
+	char		tenant_meter[FM_TENANT_METER_KEY_BYTES];
+	TimestampTz period_start;
+} BatchGroupKey;
+
+typedef struct BatchGroupEntry
+{
+	BatchGroupKey key;
+	int			first;			/* an event of the group, for its names */
+	FmCounter	delta;
+	const FmLimit *limit;
+	StripeWritten written;		/* the group's stripe after the increment */
+} BatchGroupEntry;
+
+/* The events of one call and what the call works out for them. */
+typedef struct TrackBatch
+{
+	int			n;
+	char	  **tenants;
+	char	  **meters;
+	int64	   *amounts;
+	TimestampTz *occurred;
+	char	  **keys;			/* NULL: no keys at all; an element NULL: none */
+	TimestampTz now;
+	TimestampTz *period_starts;
+	bool	   *counted;		/* false: the key was recorded before */
+	int			ncounted;
+	HTAB	   *limits;			/* BatchLimitEntry by (tenant, meter) */
+	HTAB	   *groups;			/* BatchGroupEntry by (tenant, meter, period) */
+} TrackBatch;
+
+/* Periods as statement arguments: parallel Datum arrays. */
+typedef struct PeriodList
+{
+	int			n;
+	BatchGroupEntry **groups;
+	Datum	   *tenants;
+	Datum	   *meters;
+	Datum	   *starts;
+} PeriodList;
+
+/* "tenant \0 meter \0", zero-padded: a key of the batch's hash tables */
+static void
+tenant_meter_key(char *buf, const char *tenant, const char *meter)
+{
+	size_t		tlen = strlen(tenant);
+
+	memset(buf, 0, FM_TENANT_METER_KEY_BYTES);
+	memcpy(buf, tenant, tlen);
+	memcpy(buf + tlen + 1, meter, strlen(meter));
+}
+
+static HTAB *
+batch_hash(const char *name, Size keysize, Size entrysize)
+{
+	HASHCTL		ctl;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = keysize;
+	ctl.entrysize = entrysize;
+	ctl.hcxt = CurrentMemoryContext;
+	return hash_create(name, 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+/* args[0..2]: the (tenant, meter, period_start) arrays of the periods. */
+static void
+period_list_args(Datum *args, const PeriodList *periods)
+{
+	args[0] = fm_text_array(periods->tenants, periods->n);
+	args[1] = fm_text_array(periods->meters, periods->n);
+	args[2] = fm_timestamptz_array(periods->starts, periods->n);
+}
+
+static PeriodList
+period_list_alloc(int n)
+{
+	PeriodList	l;
+
+	l.n = 0;
+	l.groups = palloc(sizeof(BatchGroupEntry *) * Max(n, 1));
+	l.tenants = palloc(sizeof(Datum) * Max(n, 1));
+	l.meters = palloc(sizeof(Datum) * Max(n, 1));
+	l.starts = palloc(sizeof(Datum) * Max(n, 1));
+	return l;
+}
+
+static void
+period_list_add(PeriodList *l, BatchGroupEntry *group, Datum tenant, Datum meter)
+{
+	l->groups[l->n] = group;
+	l->tenants[l->n] = tenant;
+	l->meters[l->n] = meter;
+	l->starts[l->n] = TimestampTzGetDatum(group->key.period_start);
+	l->n++;
+}
+
+/*
+ * The arguments (tenants[], meters[], amounts[], occurred_at[], keys[]),
+ * every one checked: nothing is written before all of them are.
+ */
+static void
+batch_from_args(FunctionCallInfo fcinfo, TrackBatch *b)
+{
+	int			n2;
+	int			i;
+
+	memset(b, 0, sizeof(*b));
+	b->now = GetCurrentTransactionStartTimestamp();
+	if (PG_ARGISNULL(0))
+		fm_null_argument("tenants");
+	if (PG_ARGISNULL(1))
+		fm_null_argument("meters");
+	if (PG_ARGISNULL(2))
+		fm_null_argument("amounts");
+	b->tenants = fm_arg_text_array(fcinfo, 0, "tenants", &b->n, false);
+	b->meters = fm_arg_text_array(fcinfo, 1, "meters", &n2, false);
+	fm_check_array_length("meters", n2, b->n);
+	b->amounts = fm_arg_amount_array(fcinfo, 2, b->n, true);
+	b->occurred = fm_arg_timestamp_array(fcinfo, 3, "occurred_at", b->n, b->now);
+	if (!PG_ARGISNULL(4))
+	{
+		b->keys = fm_arg_text_array(fcinfo, 4, "idempotency_keys", &n2, true);
+		fm_check_array_length("idempotency_keys", n2, b->n);
+	}
+	for (i = 0; i < b->n; i++)
+	{
+		fm_check_tenant(b->tenants[i]);
+		fm_check_meter_name(b->meters[i]);
+		fm_check_timestamp(b->occurred[i]);
+		if (b->keys && b->keys[i])
+			fm_check_key(b->keys[i]);
+	}
+}
+
+/* The limit of each distinct (tenant, meter), and each event's period. */
+static void
+load_limits_and_periods(TrackBatch *b)
+{
+	int			i;
+
+	b->limits = batch_hash("flagmeter batch limits", FM_TENANT_METER_KEY_BYTES,
+						   sizeof(BatchLimitEntry));
+	b->period_starts = palloc(sizeof(TimestampTz) * b->n);
+	for (i = 0; i < b->n; i++)
+	{
+		char		hkey[FM_TENANT_METER_KEY_BYTES];
+		BatchLimitEntry *entry;
+		bool		found;
+		TimestampTz end;
+
+		tenant_meter_key(hkey, b->tenants[i], b->meters[i]);
+		entry = hash_search(b->limits, hkey, HASH_ENTER, &found);
+		if (!found)
+			fm_load_limit(b->tenants[i], b->meters[i], false, &entry->limit);
+		fm_period_bounds(entry->limit.period, entry->limit.anchor, entry->limit.tz,
+						 b->occurred[i], &b->period_starts[i], &end);
+	}
+}
+
+/* Claim keys one by one: a repeat within the batch is a duplicate too. */
+static void
+claim_batch_keys(TrackBatch *b)
+{
+	int			i;
+
+	b->counted = palloc(sizeof(bool) * b->n);
+	for (i = 0; i < b->n; i++)
+		b->counted[i] = !(b->keys && b->keys[i]) ||
+			fm_claim_key(b->tenants[i], b->keys[i], 0, b->meters[i], b->amounts[i],
+						 b->occurred[i], b->period_starts[i], "track", NULL);
+}
+
+/*
+ * Insert the raw rows of the counted events, in one statement, and add
+ * each to its group's increment.
+ */
+static void
+insert_counted_events(TrackBatch *b)
+{
+	Datum	   *tenants = palloc(sizeof(Datum) * b->n);
+	Datum	   *meters = palloc(sizeof(Datum) * b->n);
+	Datum	   *amounts = palloc(sizeof(Datum) * b->n);
+	Datum	   *occurred = palloc(sizeof(Datum) * b->n);
+	Datum	   *keys = palloc(sizeof(Datum) * b->n);
+	bool	   *key_nulls = palloc(sizeof(bool) * b->n);
+	int			dims[1];
+	int			lbs[1] = {1};
+	Datum		args[6];
+	int			i;
+
+	b->groups = batch_hash("flagmeter batch groups", sizeof(BatchGroupKey),
+						   sizeof(BatchGroupEntry));
+	b->ncounted = 0;
+	for (i = 0; i < b->n; i++)
+	{
+		BatchGroupKey gkey;
+		BatchGroupEntry *group;
+		bool		found;
+		int			e = b->ncounted;
+
+		if (!b->counted[i])
+			continue;
+		tenants[e] = CStringGetTextDatum(b->tenants[i]);
+		meters[e] = CStringGetTextDatum(b->meters[i]);
+		amounts[e] = Int64GetDatum(b->amounts[i]);
+		occurred[e] = TimestampTzGetDatum(b->occurred[i]);
+		key_nulls[e] = !(b->keys && b->keys[i]);
+		keys[e] = key_nulls[e] ? (Datum) 0 : CStringGetTextDatum(b->keys[i]);
+		b->ncounted++;
+
+		memset(&gkey, 0, sizeof(gkey));
+		tenant_meter_key(gkey.tenant_meter, b->tenants[i], b->meters[i]);
+		gkey.period_start = b->period_starts[i];
+		group = hash_search(b->groups, &gkey, HASH_ENTER, &found);
+		if (!found)
+		{
+			group->first = i;
+			group->delta = fm_empty_counter();
+			group->limit = &((BatchLimitEntry *) hash_search(b->limits, gkey.tenant_meter,
+															 HASH_FIND, NULL))->limit;
+		}
+		fm_counter_report(fm_counter_add_event(&group->delta, b->amounts[i],
+											   b->occurred[i]));
+	}
+	if (b->ncounted == 0)
+		return;
+
+	dims[0] = b->ncounted;
+	args[0] = fm_text_array(tenants, b->ncounted);
+	args[1] = fm_text_array(meters, b->ncounted);
+	args[2] = fm_int8_array(amounts, b->ncounted);
+	args[3] = fm_timestamptz_array(occurred, b->ncounted);
+	args[4] = TimestampTzGetDatum(b->now);
+	args[5] = PointerGetDatum(construct_md_array(keys, key_nulls, 1, dims, lbs,
+												 TEXTOID, -1, false, TYPALIGN_INT));
+	fm_execute(&insert_events_batch_stmt, args, NULL, false, 0);
+}
+
+/*
+ * Add each group's increment to its period's row in this backend's own
+ * stripe, in one statement; each group gets the row as written.  Returns
+ * the groups as periods.
+ */
+static PeriodList
+add_group_increments(TrackBatch *b)
+{
+	int			ngroups = (int) hash_get_num_entries(b->groups);
+	PeriodList	periods = period_list_alloc(ngroups);
+	Datum	   *counters = palloc(sizeof(Datum) * ngroups);
+	Datum		args[5];
+	HASH_SEQ_STATUS scan;
+	BatchGroupEntry *group;
+	uint64		r;
+
+	hash_seq_init(&scan, b->groups);
+	while ((group = hash_seq_search(&scan)) != NULL)
+	{
+		counters[periods.n] = FmCounterPGetDatum(fm_counter_copy(&group->delta));
+		period_list_add(&periods, group, CStringGetTextDatum(b->tenants[group->first]),
+						CStringGetTextDatum(b->meters[group->first]));
+	}
+	period_list_args(args, &periods);
+	args[3] = Int16GetDatum(fm_own_stripe());
+	args[4] = PointerGetDatum(construct_array(counters, ngroups, fm_counter_type_oid(),
+											  FM_COUNTER_SIZE, false, TYPALIGN_DOUBLE));
+	fm_execute(&add_to_stripes_batch_stmt, args, NULL, false, 0);
+	if (SPI_processed != (uint64) ngroups)
+		elog(ERROR, "track_batch wrote " UINT64_FORMAT " counter rows for %d periods",
+			 (uint64) SPI_processed, ngroups);
+	for (r = 0; r < SPI_processed; r++)
+	{
+		BatchGroupKey gkey;
+		bool		isnull;
+		HeapTuple	row = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		memset(&gkey, 0, sizeof(gkey));
+		tenant_meter_key(gkey.tenant_meter,
+						 TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull)),
+						 TextDatumGetCString(SPI_getbinval(row, desc, 2, &isnull)));
+		gkey.period_start = DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull));
+		group = hash_search(b->groups, &gkey, HASH_FIND, NULL);
+		if (group == NULL)
+			elog(ERROR, "track_batch wrote a counter row it has no period for");
+		group->written = fm_stripe_written(r, 4);
+	}
+	return periods;
+}
+
+/*
+ * Read the periods that may have reached something (as track decides it)
+ * in one statement, queue what each reached, and write the stripes' new
+ * recheck figures in another: track's fm_announce_after_track for many
+ * periods.
+ */
+static void
+read_due_periods(TrackBatch *b, const PeriodList *written)
+{
+	PeriodList	due = period_list_alloc(written->n);
+	PeriodList	recheck;
+	FmCounter  *totals;
+	int		   *nstripes;
+	Datum	   *r_at;
+	Datum	   *r_for;
+	Datum		args[6];
+	uint64		r;
+	int			g;
+
+	for (g = 0; g < written->n; g++)
+	{
+		BatchGroupEntry *group = written->groups[g];
+
+		if (fm_period_read_due(b->tenants[group->first], b->meters[group->first],
+							   group->limit, group->key.period_start, &group->written))
+			period_list_add(&due, group, written->tenants[g], written->meters[g]);
+	}
+	if (due.n == 0)
+		return;
+
+	totals = palloc(sizeof(FmCounter) * due.n);
+	nstripes = palloc0(sizeof(int) * due.n);
+	period_list_args(args, &due);
+	fm_execute(&read_groups_stmt, args, NULL, false, 0);
+	for (g = 0; g < due.n; g++)
+		totals[g] = fm_empty_counter();
+	for (r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		int64		ordinal = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+
+		fm_counter_report(fm_counter_merge(&totals[ordinal - 1],
+										   DatumGetFmCounterP(SPI_getbinval(row, desc, 2, &isnull))));
+		if (DatumGetInt16(SPI_getbinval(row, desc, 3, &isnull)) != 0)
+			nstripes[ordinal - 1]++;
+	}
+
+	recheck = period_list_alloc(due.n);
+	r_at = palloc(sizeof(Datum) * due.n);
+	r_for = palloc(sizeof(Datum) * due.n);
+	for (g = 0; g < due.n; g++)
+	{
+		BatchGroupEntry *group = due.groups[g];
+		int64		recheck_at;
+
+		fm_announce_usage_level(b->tenants[group->first], b->meters[group->first],
+								group->limit, group->key.period_start, &totals[g]);
+		if (group->limit->aggregation == FM_AGG_LATEST ||
+			!fm_next_recheck(group->limit, &group->written, &totals[g], nstripes[g],
+							 &recheck_at))
+			continue;
+		r_at[recheck.n] = Int64GetDatum(recheck_at);
+		r_for[recheck.n] = Int32GetDatum(group->limit->fingerprint);
+		period_list_add(&recheck, group, due.tenants[g], due.meters[g]);
+	}
+	if (recheck.n == 0)
+		return;
+	period_list_args(args, &recheck);
+	args[3] = Int16GetDatum(fm_own_stripe());
+	args[4] = fm_int8_array(r_at, recheck.n);
+	args[5] = PointerGetDatum(construct_array(r_for, recheck.n, INT4OID, 4, true, TYPALIGN_INT));
+	fm_execute(&set_recheck_batch_stmt, args, NULL, false, 0);
+}
+
+/* Record the batch's events: b->counted says which were counted. */
+static void
+track_events(TrackBatch *b)
+{
+	fm_lock_counters_for_write();
+	SPI_connect();
+	load_limits_and_periods(b);
+	claim_batch_keys(b);
+	insert_counted_events(b);
+	if (b->ncounted > 0)
+	{
+		PeriodList	written = add_group_increments(b);
+
+		read_due_periods(b, &written);
+	}
+	SPI_finish();
+}
+
+/*
+ * track_batch(tenants[], meters[], amounts[], occurred_at[], keys[]) -> bigint
+ *
+ * Keyed events already recorded (or repeated within the batch) are
+ * skipped; the result is how many events were counted.
+ */
+PG_FUNCTION_INFO_V1(fm_track_batch);
+Datum
+fm_track_batch(PG_FUNCTION_ARGS)
+{
+	TrackBatch	b;
+
+	batch_from_args(fcinfo, &b);
+	if (b.n == 0)
+		PG_RETURN_INT64(0);
+	track_events(&b);
+	PG_RETURN_INT64(b.ncounted);
+}
