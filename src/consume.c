@@ -174,7 +174,7 @@ compare_items_by_meter(const void *a, const void *b)
  * consume of one sum or count meter without an idempotency key, the common
  * call.  A hot tenant's consumes run one at a time behind stripe 0's row
  * lock, held through the commit flush, so what runs under the lock bounds
- * their rate: here only one conditional UPDATE (docs/design.md, "consume"),
+ * their rate: here only one conditional UPDATE (docs/design.md, "The write path"),
  * deciding on stripe 0's latest committed version (READ COMMITTED
  * rechecks the condition on it after waiting for a concurrent consume).
  * The event is inserted and the tracked stripes read before it, so the

@@ -78,7 +78,7 @@ COMMENT ON TABLE flagmeter.overrides IS
 'per-tenant limits that win over the plan''s; a NULL period, mode or thresholds inherits the plan''s (or the defaults month, hard, {80,100})';
 
 -- Every change of these tables invalidates the limits that backends cache
--- (src/limits.c), at commit for the others, at once for the changer.
+-- (src/limit_lookup.c), at commit for the others, at once for the changer.
 CREATE FUNCTION flagmeter.config_changed()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'fm_config_changed'
@@ -136,7 +136,7 @@ $$;
 COMMENT ON FUNCTION flagmeter.limit_config(text, text) IS
 'the limit in force for a tenant and meter (override, else plan, else unlimited) with the period, anchor and time zone its usage is counted in; no row for an unknown meter';
 
--- The same limit as the calls see it: limits.c reads the tenant's row and
+-- The same limit as the calls see it: limit_lookup.c reads the tenant's row and
 -- override by primary key and the plan's part through its own query (an
 -- SPI join per tenant was a fifth of track's time), composing them by the
 -- rule above; the regression test catalog compares the two.

@@ -1,14 +1,14 @@
 -- ---------------------------------------------------------------------------
 -- Usage accounting: the tables behind track / consume / check / void / usage.
 --
--- Writers never share a row (DESIGN.md, Mechanisms 1-3):
+-- Writers never share a row (docs/design.md, "The write path"):
 --   events      one row per recorded event, never updated (audit, rollups,
 --               recounts); only a refused consume deletes the event it
 --               had just inserted, in its own transaction;
 --   counters    per tenant, meter and period, a few quota_counter rows:
 --               stripe 0 is the row consume locks and updates, the others
 --               take track's increments, each in a stripe no other
---               transaction holds (src/accounting.c, pick_stripe), so
+--               transaction holds (src/stripes.c), so
 --               concurrent trackers of one tenant do not queue behind each
 --               other.  The period's usage is the merge of its rows:
 --               O(stripes), not O(events);
@@ -114,7 +114,7 @@ CREATE TABLE flagmeter.counters (
 	-- track reads the whole period again to see whether a threshold, the
 	-- quota or the bigint range is reached; recheck_for fingerprints the
 	-- limit that figure was worked out for (a changed limit: read again).
-	-- NULL: read on the next track.  See fm_track in src/accounting.c.
+	-- NULL: read on the next track.  See src/track_alerts.c.
 	recheck_at		bigint,
 	recheck_for		integer,
 	PRIMARY KEY (tenant, meter, period_start, stripe)

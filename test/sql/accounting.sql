@@ -90,7 +90,7 @@ SELECT granted, used, quota, remaining, resets_at, overage, meter FROM consume('
 SELECT count(*) AS events_before FROM events \gset
 SELECT granted, used, quota, remaining, overage FROM consume('acme', 'api_calls', 1);	-- refused
 -- a refusal writes nothing: consume inserts its event before it locks stripe 0
--- and deletes it when refused (src/accounting.c, consume_one); also on the
+-- and deletes it when refused (src/consume.c, consume_one); also on the
 -- period's first consume (no stripe 0 yet), and for a count meter
 SELECT assign_plan('newco', 'free', '2026-01-31 10:00:00+00', 'UTC'),
        override_limit('newco', 'requests', 2, 'lifetime');
@@ -159,7 +159,7 @@ SELECT used(usage('b1', 'api_calls', '2026-02-01')) AS b1_calls,
        used(usage('b1', 'tokens', '2026-02-01')) AS b1_tokens,
        used(usage('b2', 'api_calls')) AS b2_calls;
 
--- Which stripe a track writes (src/accounting.c, pick_stripe) ----------------------
+-- Which stripe a track writes (src/stripes.c) ------------------------------------------
 -- READ COMMITTED: the lowest shared stripe (1..flagmeter.stripes) whose tag no
 -- other transaction holds, kept for the rest of the transaction; past 16
 -- periods in one transaction (each tag is a lock table entry), and always in

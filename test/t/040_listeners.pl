@@ -149,7 +149,7 @@ sub sync_listeners
 my $json = JSON::PP->new->canonical;
 
 # The quota events a notification carries: itself, or a batch's events.
-# A payload that is not what DESIGN.md promises yields a "bad" event, so
+# A payload that is not what docs/design.md promises yields a "bad" event, so
 # that the counts below fail and show it.
 sub events_of
 {
