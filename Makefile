@@ -65,7 +65,7 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS)
 # rebuild every object when any of our headers changes.
 $(OBJS): $(wildcard src/*.h)
 
-.PHONY: demo test bench
+.PHONY: demo test bench indent
 demo:
 	bash tools/demo.sh
 
@@ -74,6 +74,10 @@ test:
 
 bench:
 	bash bench/run
+
+# pgindent's formatting (pg_bsd_indent and typedefs.list): tools/pgindent.sh.
+indent:
+	bash tools/pgindent.sh
 
 # Fuzzing the quota_counter parsers (libFuzzer, clang): see fuzz/fuzz.mk.
 -include fuzz/fuzz.mk

@@ -10,7 +10,8 @@
 #define FLAGMETER_BOUNDS_H
 
 #define FM_TENANT_MAX_BYTES		256
-#define FM_NAME_MAX_BYTES		63	/* meters and plans: flagmeter.check_name() */
+#define FM_NAME_MAX_BYTES		63	/* meters and plans:
+									 * flagmeter.check_name() */
 #define FM_KEY_MAX_BYTES		256
 
 /* Most alert thresholds one limit may have (flagmeter.check_thresholds). */

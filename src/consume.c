@@ -174,9 +174,10 @@ compare_items_by_meter(const void *a, const void *b)
  * consume of one sum or count meter without an idempotency key, the common
  * call.  A hot tenant's consumes run one at a time behind stripe 0's row
  * lock, held through the commit flush, so what runs under the lock bounds
- * their rate: here only one conditional UPDATE (docs/design.md, "The write path"),
- * deciding on stripe 0's latest committed version (READ COMMITTED
- * rechecks the condition on it after waiting for a concurrent consume).
+ * their rate: here only one conditional UPDATE (docs/design.md, "The
+ * write path"), deciding on stripe 0's latest committed version (READ
+ * COMMITTED rechecks the condition on it after waiting for a concurrent
+ * consume).
  * The event is inserted and the tracked stripes read before it, so the
  * lock is held for that one statement, not for a read, a decision and a
  * write as in decide_items; a refusal deletes the event again.
@@ -186,7 +187,7 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 {
 	const FmLimit *limit = &item->limit;
 	FmStatement *update = limit->aggregation == FM_AGG_COUNT ?
-		&consume_count_stmt : &consume_sum_stmt;
+	&consume_count_stmt : &consume_sum_stmt;
 	FmDecision *decision = SPI_palloc(sizeof(FmDecision));
 	FmCounter	delta = fm_empty_counter();
 	FmCounter	tracked = fm_empty_counter();
@@ -237,9 +238,9 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 	if (SPI_processed == 0)
 	{
 		/*
-		 * No room, or no stripe 0 in this statement's snapshot: create it
-		 * (a concurrent consume may have, after the snapshot; then this
-		 * waits for it to commit) and decide again in a newer snapshot.
+		 * No room, or no stripe 0 in this statement's snapshot: create it (a
+		 * concurrent consume may have, after the snapshot; then this waits
+		 * for it to commit) and decide again in a newer snapshot.
 		 */
 		fm_create_stripe0(args);
 		fm_execute(update, args, bounded ? NULL : "    n", false, 0);
@@ -247,7 +248,7 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 
 	if (SPI_processed == 1)
 	{
-		FmCounter	after = fm_merge_result_rows();	/* stripe 0, as updated */
+		FmCounter	after = fm_merge_result_rows(); /* stripe 0, as updated */
 
 		fm_counter_report(fm_counter_merge(&after, &tracked));
 		fm_decision_at(limit, true, fm_used_of(&after, limit->aggregation),

@@ -65,7 +65,7 @@ typedef enum FmResult
  * outside this window are refused by the aggregate as well, so every
  * counter has a text form.
  */
-#define FM_TS_MIN	INT64_C(-63082281600000000)	/* 0001-01-01 00:00:00 */
+#define FM_TS_MIN	INT64_C(-63082281600000000) /* 0001-01-01 00:00:00 */
 #define FM_TS_MAX	INT64_C(252455615999999999) /* 9999-12-31 23:59:59.999999 */
 
 /* Longest text form, with the terminating NUL. */
@@ -80,7 +80,7 @@ extern FmResult fm_counter_void(FmCounter *c, int64_t amount);
 extern bool fm_counter_equal(const FmCounter *a, const FmCounter *b);
 
 extern FmResult fm_counter_parse(const char *text, FmCounter *out,
-								const char **detail);
+								 const char **detail);
 extern void fm_counter_format(const FmCounter *c, char *buf, size_t buflen);
 
 /* Binary wire form: 2 bytes of header then 6 big-endian int64 fields. */

@@ -66,6 +66,7 @@ extern int64 fm_next_usage_level(int64 used, int64 quota, bool hard,
 #define FM_DECISION_FIELDS 6
 
 extern void fm_decision_values(const FmDecision *d, Datum *values, bool *nulls);
+
 /* the fields from columns first .. first + 5 of row; meter is not set */
 extern void fm_decision_from_row(HeapTuple row, TupleDesc desc, int first,
 								 FmDecision *d);

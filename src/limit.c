@@ -73,7 +73,7 @@ fm_limit_fingerprint(const FmLimit *limit)
 		int			thresholds[FM_MAX_THRESHOLDS];
 	}			fields;
 
-	memset(&fields, 0, sizeof(fields));		/* padding too */
+	memset(&fields, 0, sizeof(fields)); /* padding too */
 	fields.quota = limit->quota;
 	fields.aggregation = (int32) limit->aggregation;
 	fields.nthresholds = limit->nthresholds;

@@ -81,6 +81,7 @@ typedef struct LimitCacheEntry
 
 static HTAB *limit_cache = NULL;
 static bool limit_cache_valid = false;
+
 /* the shared cache's generation when this backend's caches were emptied */
 static uint64 limit_cache_generation = 0;
 static Oid	watched_relids[5];
@@ -117,8 +118,7 @@ limits_relcache_callback(Datum arg, Oid relid)
 
 	/*
 	 * Only this backend's caches: the shared one was invalidated when the
-	 * change committed, before its invalidations were sent
-	 * (shared_limits.c).
+	 * change committed, before its invalidations were sent (shared_limits.c).
 	 */
 	if (relid == InvalidOid)
 	{
@@ -179,8 +179,8 @@ fm_load_limit(const char *tenant, const char *meter, bool read_only,
 	/*
 	 * A configuration change another backend committed bumps the shared
 	 * generation at once; this backend's invalidation may come later (not
-	 * before its next lock).  Its own caches follow the shared generation,
-	 * so that what it loads may be shared.
+	 * before its next lock).  Its own caches follow the shared generation, so
+	 * that what it loads may be shared.
 	 */
 	if (!limit_cache_valid || limit_cache == NULL ||
 		hash_get_num_entries(limit_cache) > LIMIT_CACHE_MAX ||
@@ -206,7 +206,7 @@ fm_load_limit(const char *tenant, const char *meter, bool read_only,
 			 */
 			uint64		generation = fm_shared_limits_generation();
 			bool		shareable = !read_only && !IsolationUsesXactSnapshot() &&
-				generation == limit_cache_generation;
+			generation == limit_cache_generation;
 
 			load_limit_from_catalog(tenant, meter, read_only, &loaded);
 			if (shareable)
@@ -402,9 +402,8 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 	Snapshot	snapshot;
 
 	/*
-	 * The snapshot a statement would have: the caller's in read-only
-	 * (STABLE) calls, else a fresh one (READ COMMITTED) or the
-	 * transaction's.
+	 * The snapshot a statement would have: the caller's in read-only (STABLE)
+	 * calls, else a fresh one (READ COMMITTED) or the transaction's.
 	 */
 	snapshot = read_only ? GetActiveSnapshot() : RegisterSnapshot(GetTransactionSnapshot());
 	assigned = fm_pk_fetch("tenants", 1, keys, snapshot, 3, tenant_columns, t, tnull);

@@ -289,11 +289,12 @@ fm_queue_usage_level(const char *tenant, const char *meter,
 		event.threshold = thresholds[i];
 		queue_event(&event, &key);
 	}
+
 	/*
 	 * Blocked is a state, not a one-off: a tenant unblocked (by a void or a
-	 * limit change, possibly in another session) can be blocked again, so
-	 * the blocked table is asked rather than this session's memory.  Only
-	 * calls at or above a hard limit pay for the lookup.
+	 * limit change, possibly in another session) can be blocked again, so the
+	 * blocked table is asked rather than this session's memory.  Only calls
+	 * at or above a hard limit pay for the lookup.
 	 */
 	if (hard && used >= quota)
 	{
@@ -709,11 +710,13 @@ table_invalidation_payload(Oid relid, const char *qualified_name)
 			bool		dup = false;
 
 			foreach(lc2, keys)
+			{
 				if (strcmp(lfirst(lc2), p->key_json) == 0)
 				{
 					dup = true;
 					break;
 				}
+			}
 			if (!dup)
 				keys = lappend(keys, p->key_json);
 		}

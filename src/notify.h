@@ -26,7 +26,8 @@ typedef enum FmQuotaEventKind
 	FM_EVENT_THRESHOLD,			/* usage reached a threshold (once per period) */
 	FM_EVENT_BLOCKED,			/* a hard limit is reached */
 	FM_EVENT_UNBLOCKED,			/* usage is back under a hard limit */
-	FM_EVENT_LIMIT_CHANGED,		/* a plan's limit or a tenant's override changed */
+	FM_EVENT_LIMIT_CHANGED,		/* a plan's limit or a tenant's override
+								 * changed */
 	FM_EVENT_PLAN_CHANGED		/* a tenant moved to another plan */
 } FmQuotaEventKind;
 

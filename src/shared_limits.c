@@ -164,7 +164,11 @@ shared_limits_startup(void)
 	info.entrysize = sizeof(SharedLimitEntry);
 	info.hash = shared_limit_key_hash;
 	info.match = shared_limit_key_match;
-	/* fixed size: all entries allocated here, none taken from the lock table's slack */
+
+	/*
+	 * fixed size: all entries allocated here, none taken from the lock
+	 * table's slack
+	 */
 	shared_limits = ShmemInitHash("flagmeter shared limits",
 								  shared_limits_size, shared_limits_size,
 								  &info, HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
@@ -192,6 +196,7 @@ shared_limits_xact_callback(XactEvent event, void *arg)
 			changed_in_xact = false;
 			break;
 		case XACT_EVENT_PRE_PREPARE:
+
 			/*
 			 * COMMIT PREPARED may run in another backend, later, with no
 			 * commit callback of ours to invalidate the shared cache.
@@ -332,7 +337,11 @@ fm_shared_limit_put(Oid scope, const char *tenant, const char *meter,
 	pg_atomic_fetch_add_u64(&state->loads, 1);
 	make_key(&key, scope, tenant, meter);
 	LWLockAcquire(state->lock, LW_EXCLUSIVE);
-	/* under the lock: a bump after this check makes the entry stale, never wrong */
+
+	/*
+	 * under the lock: a bump after this check makes the entry stale, never
+	 * wrong
+	 */
 	if (generation == pg_atomic_read_u64(&state->generation))
 	{
 		entry = hash_search(shared_limits, &key, HASH_ENTER_NULL, NULL);

@@ -15,6 +15,7 @@ extern void fm_shared_limits_init(void);
 
 /* the generation to store a limit with: read it before the load's snapshot */
 extern uint64 fm_shared_limits_generation(void);
+
 /*
  * The limit, when the table has it in the current generation; scope is the
  * OID of a table of the extension (it changes when the extension does).

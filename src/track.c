@@ -107,7 +107,7 @@ fm_track(PG_FUNCTION_ARGS)
 					 &period_start, &period_end);
 
 	if (key && !fm_claim_key(tenant, key, 0, meter, amount, occurred_at,
-						  period_start, "track", NULL))
+							 period_start, "track", NULL))
 	{
 		SPI_finish();
 		PG_RETURN_BOOL(false);
@@ -115,9 +115,9 @@ fm_track(PG_FUNCTION_ARGS)
 
 	/*
 	 * One statement (two when the stripe does not exist yet): the raw event
-	 * and the stripe's increment.  A stripe whose usage would overflow
-	 * raises 22003 and rolls the event back; so does the period's total when
-	 * it is read.
+	 * and the stripe's increment.  A stripe whose usage would overflow raises
+	 * 22003 and rolls the event back; so does the period's total when it is
+	 * read.
 	 */
 	delta = fm_empty_counter();
 	fm_counter_report(fm_counter_add_event(&delta, amount, occurred_at));

@@ -27,7 +27,7 @@ static FmStatement set_recheck_stmt = {
 
 void
 fm_announce_usage_level(const char *tenant, const char *meter, const FmLimit *limit,
-					 TimestampTz period_start, const FmCounter *total)
+						TimestampTz period_start, const FmCounter *total)
 {
 	if (!limit->limited)
 		return;
@@ -84,7 +84,7 @@ fm_stripe_written(uint64 r, int first)
  */
 bool
 fm_period_read_due(const char *tenant, const char *meter, const FmLimit *limit,
-				TimestampTz period_start, const StripeWritten *written)
+				   TimestampTz period_start, const StripeWritten *written)
 {
 	if (limit->aggregation == FM_AGG_MAX)
 	{
@@ -104,7 +104,7 @@ fm_period_read_due(const char *tenant, const char *meter, const FmLimit *limit,
  */
 bool
 fm_next_recheck(const FmLimit *limit, const StripeWritten *written,
-			 const FmCounter *total, int nstripes, int64 *recheck_at)
+				const FmCounter *total, int nstripes, int64 *recheck_at)
 {
 	int64		own = fm_used_of(&written->counter, limit->aggregation);
 	int64		used = fm_used_of(total, limit->aggregation);
@@ -125,7 +125,7 @@ fm_next_recheck(const FmLimit *limit, const StripeWritten *written,
 
 void
 fm_announce_after_track(const char *tenant, const char *meter, const FmLimit *limit,
-					 TimestampTz period_start, const StripeWritten *written)
+						TimestampTz period_start, const StripeWritten *written)
 {
 	FmCounter	total;
 	int64		recheck_at;

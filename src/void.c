@@ -165,7 +165,8 @@ typedef struct VoidPeriod
 	const char *tenant;
 	const char *meter;
 	TimestampTz period_start;
-	Datum		args[5];		/* [0..2]: the three above, as statement arguments */
+	Datum		args[5];		/* [0..2]: the three above, as statement
+								 * arguments */
 	ArrayType  *locked;			/* the track stripes locked, in stripe order */
 	int			nlocked;
 	FmCounter	tracked;		/* their merge */
