@@ -102,27 +102,33 @@ fm_make_workdir() {
 	mkdir "$FM_SRC"
 	tar -C "$FM_ROOT" --exclude=./.git -cf - . | tar -C "$FM_SRC" -xf -
 	fm_log "work dir: $FM_TMP"
+	fm_private_postgres
+}
+
+# fm_private_postgres: a copy of Debian's PostgreSQL 15 tree (binaries,
+# libraries, share, headers) under $FM_TMP/pg, which the build installs
+# flagmeter into and every server of the run uses.  `make install` into the
+# system tree would replace the flagmeter that another run on the machine
+# (another checkout, a benchmark, a user's own install) is using meanwhile.
+# PostgreSQL finds its share and lib directories relative to its binaries,
+# so the copy works where it is; pg_config reports its paths.
+fm_private_postgres() {
+	local root=$FM_TMP/pg
+	mkdir -p "$root/usr/lib/postgresql" "$root/usr/share/postgresql" "$root/usr/include"
+	cp -a /usr/lib/postgresql/15 "$root/usr/lib/postgresql/"
+	cp -a /usr/share/postgresql/15 "$root/usr/share/postgresql/"
+	cp -a /usr/include/postgresql "$root/usr/include/"
+	FM_PG_BINDIR=$root/usr/lib/postgresql/15/bin
+	FM_PG_CONFIG=$FM_PG_BINDIR/pg_config
 }
 
 # build_and_install: clean build with warnings as errors, then install into
-# the PostgreSQL 15 tree.  That tree belongs to root on Debian: without root
-# and without write access to it, the install is skipped with a warning and
-# the tests run against whatever `sudo make install` put there before (no
-# sudo here: it may prompt, and CI runs as root anyway).
+# the run's private PostgreSQL tree (fm_private_postgres).
 build_and_install() {
 	fm_log "building flagmeter (WERROR=1)"
 	# The copy may carry objects from the working tree: start from scratch.
 	make -C "$FM_SRC" --no-print-directory PG_CONFIG="$FM_PG_CONFIG" clean >/dev/null
 	make -C "$FM_SRC" --no-print-directory WERROR=1 PG_CONFIG="$FM_PG_CONFIG"
-	local libdir extdir
-	libdir=$("$FM_PG_CONFIG" --pkglibdir)
-	extdir=$("$FM_PG_CONFIG" --sharedir)/extension
-	if ((EUID != 0)) && ! [[ -w $libdir && -w $extdir ]]; then
-		fm_warn "not root and $libdir or $extdir is not writable: skipping make install;" \
-			"testing the flagmeter already installed there (run" \
-			"'sudo make install PG_CONFIG=$FM_PG_CONFIG' first to test this tree)"
-		return 0
-	fi
 	fm_log "installing flagmeter"
 	make -C "$FM_SRC" --no-print-directory WERROR=1 PG_CONFIG="$FM_PG_CONFIG" install
 }
