@@ -28,6 +28,7 @@ OBJS = \
 	src/consume.o \
 	src/reads.o \
 	src/void.o \
+	src/entitlements.o \
 	src/notify.o \
 	src/invalidate.o
 

@@ -42,14 +42,26 @@ fm_check_tenant(const char *tenant)
 }
 
 /* Longer names cannot exist (flagmeter.check_name); say so plainly. */
+static void
+check_name_length(const char *kind, const char *plural, const char *name)
+{
+	if (strlen(name) > FM_NAME_MAX_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("%s name is too long: \"%.*s...\"", kind, clip(name), name),
+				 errdetail("%s are at most %d characters.", plural, FM_NAME_MAX_BYTES)));
+}
+
 void
 fm_check_meter_name(const char *meter)
 {
-	if (strlen(meter) > FM_NAME_MAX_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_NAME),
-				 errmsg("meter name is too long: \"%.*s...\"", clip(meter), meter),
-				 errdetail("Meter names are at most %d characters.", FM_NAME_MAX_BYTES)));
+	check_name_length("meter", "Meter names", meter);
+}
+
+void
+fm_check_feature_name(const char *feature)
+{
+	check_name_length("feature", "Feature names", feature);
 }
 
 void

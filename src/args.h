@@ -20,6 +20,7 @@ extern void fm_null_argument(const char *what) pg_attribute_noreturn();
 /* Checks of values, wherever they come from. */
 extern void fm_check_tenant(const char *tenant);
 extern void fm_check_meter_name(const char *meter);
+extern void fm_check_feature_name(const char *feature);
 extern void fm_check_key(const char *key);
 extern void fm_check_amount(int64 amount, bool zero_allowed);
 extern void fm_check_timestamp(TimestampTz ts);

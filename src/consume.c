@@ -269,6 +269,7 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 		fm_decide(limit, &current, item->amount, now, item->period_end, false,
 				  decision, NULL);
 		decision->granted = false;
+		decision->reason = FM_REASON_QUOTA_EXCEEDED;
 	}
 	decision->meter = item->meter;
 	return decision;
@@ -324,7 +325,7 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 		fm_decide(&items[i].limit, &currents[i], items[i].amount, now,
 				  items[i].period_end, false, &decisions[i], NULL);
 		decisions[i].meter = items[i].meter;
-		decisions[i].granted = false;
+		fm_decision_refused_with_others(&decisions[i]);
 	}
 	return false;
 }

@@ -31,6 +31,8 @@ fm_decide(const FmLimit *limit, const FmCounter *current, int64 amount,
 	fm_decision_at(limit, granted,
 				   (record && granted) ? used_after : fm_used_of(current, limit->aggregation),
 				   period_end, decision);
+	if (granted && limit->limited && used_after > limit->quota)
+		decision->reason = FM_REASON_OVER_SOFT_LIMIT;
 	if (after)
 		*after = next;
 }
@@ -54,6 +56,38 @@ fm_decision_at(const FmLimit *limit, bool granted, int64 used,
 	}
 	decision->resets = limit->period != FM_PERIOD_LIFETIME;
 	decision->resets_at = period_end;
+	if (!limit->limited)
+		decision->reason = FM_REASON_UNLIMITED;
+	else if (!granted)
+		decision->reason = FM_REASON_QUOTA_EXCEEDED;
+	else if (used > limit->quota)
+		decision->reason = FM_REASON_OVER_SOFT_LIMIT;
+	else
+		decision->reason = FM_REASON_OK;
+}
+
+void
+fm_decision_refused_with_others(FmDecision *decision)
+{
+	if (decision->granted)
+		decision->reason = FM_REASON_OTHER_METER_REFUSED;
+	decision->granted = false;
+}
+
+static const char *const reason_names[] = {
+	"ok", "over_soft_limit", "unlimited", "quota_exceeded", "other_meter_refused"
+};
+
+static FmReason
+reason_from_name(const char *name)
+{
+	int			i;
+
+	for (i = 0; i < (int) lengthof(reason_names); i++)
+		if (strcmp(name, reason_names[i]) == 0)
+			return (FmReason) i;
+	elog(ERROR, "unknown decision reason \"%s\" in flagmeter.event_keys", name);
+	return FM_REASON_OK;		/* keep compiler quiet */
 }
 
 bool
@@ -116,7 +150,8 @@ fm_decision_values(const FmDecision *d, Datum *values, bool *nulls)
 	values[3] = Int64GetDatum(d->remaining);
 	values[4] = TimestampTzGetDatum(d->resets_at);
 	values[5] = Int64GetDatum(d->overage);
-	nulls[0] = nulls[1] = false;
+	values[6] = CStringGetTextDatum(reason_names[d->reason]);
+	nulls[0] = nulls[1] = nulls[6] = false;
 	nulls[2] = nulls[3] = nulls[5] = !d->limited;
 	nulls[4] = !d->resets;
 }
@@ -140,6 +175,8 @@ fm_decision_from_row(HeapTuple row, TupleDesc desc, int first, FmDecision *d)
 	d->resets_at = isnull ? 0 : DatumGetTimestampTz(v);
 	v = SPI_getbinval(row, desc, first + 5, &isnull);
 	d->overage = isnull ? 0 : DatumGetInt64(v);
+	v = SPI_getbinval(row, desc, first + 6, &isnull);
+	d->reason = reason_from_name(TextDatumGetCString(v));
 }
 
 /*
@@ -168,11 +205,18 @@ fm_decision_desc(FunctionCallInfo fcinfo)
 HeapTuple
 fm_decision_tuple(TupleDesc desc, const FmDecision *d)
 {
+	Datum		fields[FM_DECISION_FIELDS];
+	bool		field_nulls[FM_DECISION_FIELDS];
 	Datum		values[FM_DECISION_FIELDS + 1];
 	bool		nulls[FM_DECISION_FIELDS + 1];
 
-	fm_decision_values(d, values, nulls);
-	values[FM_DECISION_FIELDS] = CStringGetTextDatum(d->meter);
-	nulls[FM_DECISION_FIELDS] = false;
+	/* the type's order: granted .. overage, meter, reason */
+	fm_decision_values(d, fields, field_nulls);
+	memcpy(values, fields, sizeof(Datum) * 6);
+	memcpy(nulls, field_nulls, sizeof(bool) * 6);
+	values[6] = CStringGetTextDatum(d->meter);
+	nulls[6] = false;
+	values[7] = fields[6];
+	nulls[7] = field_nulls[6];
 	return heap_form_tuple(desc, values, nulls);
 }

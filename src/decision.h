@@ -17,6 +17,17 @@
 #include "counter_core.h"
 #include "limit.h"
 
+/* Why a decision is what it is (flagmeter.decision.reason; README lists them). */
+typedef enum FmReason
+{
+	FM_REASON_OK,				/* granted within the quota */
+	FM_REASON_OVER_SOFT_LIMIT,	/* granted beyond a soft quota */
+	FM_REASON_UNLIMITED,		/* no limit applies */
+	FM_REASON_QUOTA_EXCEEDED,	/* refused: beyond the hard quota */
+	FM_REASON_OTHER_METER_REFUSED	/* refused: another meter of the same
+									 * all-or-nothing consume was */
+} FmReason;
+
 typedef struct FmDecision
 {
 	bool		granted;
@@ -27,6 +38,7 @@ typedef struct FmDecision
 	int64		overage;
 	bool		resets;			/* false for lifetime periods */
 	TimestampTz resets_at;
+	FmReason	reason;
 	const char *meter;
 } FmDecision;
 
@@ -45,6 +57,9 @@ extern void fm_decide(const FmLimit *limit, const FmCounter *current,
 extern void fm_decision_at(const FmLimit *limit, bool granted, int64 used,
 						   TimestampTz period_end, FmDecision *decision);
 
+/* A refusal of an item that was itself within its quota. */
+extern void fm_decision_refused_with_others(FmDecision *decision);
+
 /*
  * Usage levels.  fm_threshold_reached: used is at least percent of quota
  * (exactly, in integers; usage * 100 overflowing counts as reached).
@@ -59,15 +74,16 @@ extern int64 fm_next_usage_level(int64 used, int64 quota, bool hard,
 
 /*
  * The encoding.  FM_DECISION_FIELDS columns, in this order, in
- * flagmeter.decision (followed by meter) and in flagmeter.event_keys
- * (granted, used, quota, remaining, resets_at, overage): NULL quota,
- * remaining and overage when unlimited, NULL resets_at for lifetime.
+ * flagmeter.decision (where meter follows overage) and in
+ * flagmeter.event_keys (granted, used, quota, remaining, resets_at,
+ * overage, reason): NULL quota, remaining and overage when unlimited, NULL
+ * resets_at for lifetime, reason as its name.
  */
-#define FM_DECISION_FIELDS 6
+#define FM_DECISION_FIELDS 7
 
 extern void fm_decision_values(const FmDecision *d, Datum *values, bool *nulls);
 
-/* the fields from columns first .. first + 5 of row; meter is not set */
+/* the fields from columns first .. first + 6 of row; meter is not set */
 extern void fm_decision_from_row(HeapTuple row, TupleDesc desc, int first,
 								 FmDecision *d);
 

@@ -14,23 +14,24 @@
 #include "event_keys.h"
 #include "statements.h"
 
-/* $10 .. $15: the decision, encoded as fm_decision_values does */
+/* $10 .. $16: the decision, encoded as fm_decision_values does */
 static FmStatement claim_key_stmt = {
 	"INSERT INTO flagmeter.event_keys"
 	" (tenant, idempotency_key, seq, meter, amount, occurred_at, period_start,"
-	"  recorded_at, kind, granted, used, quota, remaining, resets_at, overage)"
-	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+	"  recorded_at, kind, granted, used, quota, remaining, resets_at, overage,"
+	"  reason)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
 	" ON CONFLICT (tenant, idempotency_key, seq) DO NOTHING",
-	15, {TEXTOID, TEXTOID, INT2OID, TEXTOID, INT8OID, TIMESTAMPTZOID,
+	16, {TEXTOID, TEXTOID, INT2OID, TEXTOID, INT8OID, TIMESTAMPTZOID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, INT8OID, INT8OID,
-	INT8OID, TIMESTAMPTZOID, INT8OID}
+	INT8OID, TIMESTAMPTZOID, INT8OID, TEXTOID}
 };
 
 #define CLAIM_KEY_DECISION_ARG 9	/* 0-based: $10 */
 
-/* columns 3 .. 8: the decision */
+/* columns 3 .. 9: the decision */
 static FmStatement read_key_stmt = {
-	"SELECT kind, meter, granted, used, quota, remaining, resets_at, overage"
+	"SELECT kind, meter, granted, used, quota, remaining, resets_at, overage, reason"
 	" FROM flagmeter.event_keys"
 	" WHERE tenant" FM_EQ "$1 AND idempotency_key" FM_EQ "$2 ORDER BY seq",
 	2, {TEXTOID, TEXTOID}

@@ -8,6 +8,7 @@
 
 #include "utils/guc.h"
 
+#include "entitlements.h"
 #include "limit_lookup.h"
 #include "notify.h"
 #include "shared_limits.h"
@@ -22,6 +23,7 @@ _PG_init(void)
 {
 	fm_stripes_init();
 	fm_limit_lookup_init();
+	fm_features_init();
 	fm_shared_limits_init();
 	fm_notify_init();
 	MarkGUCPrefixReserved("flagmeter");

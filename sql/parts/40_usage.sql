@@ -22,10 +22,11 @@ CREATE TYPE flagmeter.decision AS (
 	remaining	bigint,
 	resets_at	timestamptz,
 	overage		bigint,
-	meter		text
+	meter		text,
+	reason		text
 );
 COMMENT ON TYPE flagmeter.decision IS
-'answer of consume and check: granted, used and remaining after the call (unchanged when denied), quota, remaining and overage NULL when unlimited, resets_at NULL for lifetime, overage = used beyond the quota (soft limits)';
+'answer of consume and check: granted, used and remaining after the call (unchanged when denied), quota, remaining and overage NULL when unlimited, resets_at NULL for lifetime, overage = used beyond the quota (soft limits), reason why (ok, over_soft_limit, unlimited, quota_exceeded, other_meter_refused)';
 
 -- Raw events, partitioned by the day they were recorded (UTC) so that
 -- retention drops whole partitions; maintain() creates the partitions ahead
@@ -140,6 +141,7 @@ CREATE TABLE flagmeter.event_keys (
 	remaining		bigint,
 	resets_at		timestamptz,
 	overage			bigint,
+	reason			text,
 	voided_at		timestamptz,
 	PRIMARY KEY (tenant, idempotency_key, seq)
 );
