@@ -39,6 +39,7 @@
 #include "args.h"
 #include "compat.h"
 #include "entitlements.h"
+#include "limit.h"
 #include "pk_scan.h"
 #include "statements.h"
 
@@ -73,6 +74,27 @@ static Oid	watched_relids[5];
 static LocalTransactionId statement_lxid = InvalidLocalTransactionId;
 static TimestampTz statement_start = 0;
 static bool statement_may_store = false;
+
+/*
+ * Keys hash and compare by their strings, not as 320-byte blobs: in a
+ * policy evaluated per row the lookup is most of the call.
+ */
+static uint32
+feature_key_hash(const void *key, Size keysize)
+{
+	const FeatureCacheKey *k = key;
+
+	return fm_tenant_meter_hash(k->tenant, k->feature);
+}
+
+static int
+feature_key_match(const void *key1, const void *key2, Size keysize)
+{
+	const FeatureCacheKey *a = key1;
+	const FeatureCacheKey *b = key2;
+
+	return strcmp(a->tenant, b->tenant) != 0 || strcmp(a->feature, b->feature) != 0;
+}
 
 static void
 features_relcache_callback(Datum arg, Oid relid)
@@ -111,9 +133,11 @@ reset_feature_cache(void)
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(FeatureCacheKey);
 	ctl.entrysize = sizeof(FeatureCacheEntry);
+	ctl.hash = feature_key_hash;
+	ctl.match = feature_key_match;
 	ctl.hcxt = cache_cxt;
 	feature_cache = hash_create("flagmeter features", 256, &ctl,
-								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+								HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
 	for (i = 0; i < (int) lengthof(watched); i++)
 		watched_relids[i] = fm_relation_oid(watched[i]);
 	cache_valid = true;
@@ -193,7 +217,6 @@ lookup_feature(const char *tenant, const char *feature)
 		if (!cache_valid || feature_cache == NULL ||
 			hash_get_num_entries(feature_cache) > FEATURE_CACHE_MAX)
 			reset_feature_cache();
-		memset(&key, 0, sizeof(key));
 		strlcpy(key.tenant, tenant, sizeof(key.tenant));
 		strlcpy(key.feature, feature, sizeof(key.feature));
 		entry = hash_search(feature_cache, &key, HASH_FIND, NULL);
