@@ -1,7 +1,9 @@
 /*
  * compat.h
  *	  The few PostgreSQL API differences between 15 and 18 that flagmeter
- *	  meets, in one place.
+ *	  meets, in one place.  Each block is keyed on the release that made the
+ *	  change; the code uses the fm_ and FM_ names and never tests
+ *	  PG_VERSION_NUM itself.
  */
 #ifndef FLAGMETER_COMPAT_H
 #define FLAGMETER_COMPAT_H
@@ -23,6 +25,11 @@
 #endif
 
 #if PG_VERSION_NUM >= 170000
+/*
+ * 17 numbers backends by ProcNumber, moves lxid into PGPROC.vxid and asks
+ * LockHeldByMe whether a stronger lock will do (false: only this mode, as
+ * before).
+ */
 #define FM_MY_BACKEND_NUMBER MyProcNumber
 #define FM_MY_LOCAL_XID (MyProc->vxid.lxid)
 #define fm_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode), false)
@@ -30,6 +37,21 @@
 #define FM_MY_BACKEND_NUMBER MyBackendId
 #define FM_MY_LOCAL_XID (MyProc->lxid)
 #define fm_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode))
+#endif
+
+#if PG_VERSION_NUM >= 180000
+/*
+ * 18 lets the caller accept a deferrable primary key; false keeps the answer
+ * of earlier releases, where a deferrable one was no primary key at all.
+ */
+#define fm_primary_key_index(rel) RelationGetPrimaryKeyIndex((rel), false)
+/* 18 counts index scans for EXPLAIN; ours are not part of a plan. */
+#define fm_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), (norderbys))
+#else
+#define fm_primary_key_index(rel) RelationGetPrimaryKeyIndex(rel)
+#define fm_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
 #endif
 
 #endif							/* FLAGMETER_COMPAT_H */

@@ -23,6 +23,7 @@
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
 
+#include "compat.h"
 #include "pk_scan.h"
 #include "statements.h"
 
@@ -36,7 +37,7 @@ fm_pk_scan_begin(FmPkScan *s, const char *relname, int nkeys, const Datum *keys,
 
 	Assert(nkeys <= FM_PK_SCAN_MAX_KEYS);
 	s->rel = table_open(fm_relation_oid(relname), AccessShareLock);
-	index_oid = RelationGetPrimaryKeyIndex(s->rel);
+	index_oid = fm_primary_key_index(s->rel);
 	if (!OidIsValid(index_oid))
 		elog(ERROR, "flagmeter.%s has no primary key", relname);
 	s->index = index_open(index_oid, AccessShareLock);
@@ -54,7 +55,7 @@ fm_pk_scan_begin(FmPkScan *s, const char *relname, int nkeys, const Datum *keys,
 							   eqprocs[i], keys[i]);
 
 	s->slot = table_slot_create(s->rel, NULL);
-	s->scan = index_beginscan(s->rel, s->index, snapshot, nkeys, 0);
+	s->scan = fm_index_beginscan(s->rel, s->index, snapshot, nkeys, 0);
 	index_rescan(s->scan, scankeys, nkeys, NULL, 0);
 }
 
