@@ -13,9 +13,10 @@
 #include "datatype/timestamp.h"
 
 #include "bounds.h"
+#include "compat.h"
 
 /* 22004 "<what> must not be NULL" */
-extern void fm_null_argument(const char *what) pg_attribute_noreturn();
+fm_noreturn extern void fm_null_argument(const char *what);
 
 /* Checks of values, wherever they come from. */
 extern void fm_check_tenant(const char *tenant);

@@ -41,6 +41,12 @@
 
 #if PG_VERSION_NUM >= 180000
 /*
+ * 18 replaced pg_attribute_noreturn(), written after a declarator, with
+ * pg_noreturn (C11 _Noreturn), written before the declaration; fm_noreturn
+ * goes before it, where GCC and clang take the attribute as well.
+ */
+#define fm_noreturn pg_noreturn
+/*
  * 18 lets the caller accept a deferrable primary key; false keeps the answer
  * of earlier releases, where a deferrable one was no primary key at all.
  */
@@ -49,6 +55,7 @@
 #define fm_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
 	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), (norderbys))
 #else
+#define fm_noreturn pg_attribute_noreturn()
 #define fm_primary_key_index(rel) RelationGetPrimaryKeyIndex(rel)
 #define fm_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
 	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
