@@ -47,6 +47,9 @@ ISOLATION_OPTS = --inputdir=test --load-extension=flagmeter
 TAP_TESTS   = 1
 PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 
+# The library names the version it was built as (PG_MODULE_MAGIC_EXT, 18+).
+PG_CPPFLAGS = -DFLAGMETER_VERSION='"$(EXTVERSION)"'
+
 # Warnings are errors when WERROR=1 (make test and CI set it).
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
 	-Wno-sign-compare

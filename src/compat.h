@@ -54,11 +54,18 @@
 /* 18 counts index scans for EXPLAIN; ours are not part of a plan. */
 #define fm_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
 	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), (norderbys))
+/*
+ * 18 lets a library say its name and version, shown by
+ * pg_get_loaded_modules(); FLAGMETER_VERSION is the Makefile's EXTVERSION.
+ */
+#define FM_MODULE_MAGIC \
+	PG_MODULE_MAGIC_EXT(.name = "flagmeter", .version = FLAGMETER_VERSION)
 #else
 #define fm_noreturn pg_attribute_noreturn()
 #define fm_primary_key_index(rel) RelationGetPrimaryKeyIndex(rel)
 #define fm_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
 	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
+#define FM_MODULE_MAGIC PG_MODULE_MAGIC
 #endif
 
 #endif							/* FLAGMETER_COMPAT_H */

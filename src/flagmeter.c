@@ -8,13 +8,14 @@
 
 #include "utils/guc.h"
 
+#include "compat.h"
 #include "entitlements.h"
 #include "limit_lookup.h"
 #include "notify.h"
 #include "shared_limits.h"
 #include "stripes.h"
 
-PG_MODULE_MAGIC;
+FM_MODULE_MAGIC;
 
 void		_PG_init(void);
 

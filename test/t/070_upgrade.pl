@@ -6,7 +6,8 @@
 # same definitions, and the same answers to the same calls.  Every version
 # must reach the default one through update scripts; a new version without
 # its sql/flagmeter--A--B.sql fails here.  Also checks that the versions in
-# Makefile, the control file and META.json agree.
+# Makefile, the control file and META.json agree, and on 18 and later the
+# one the loaded library reports.
 use strict;
 use warnings;
 
@@ -43,6 +44,18 @@ $node->start;
 my $default = $node->safe_psql('postgres',
 	q{SELECT default_version FROM pg_available_extensions WHERE name = 'flagmeter'});
 is($default, $make_version, 'the installed default version is the one built');
+
+# From 18 the library names itself (PG_MODULE_MAGIC_EXT), with the version
+# it was built as.
+SKIP:
+{
+	skip 'libraries name their version from PostgreSQL 18 on', 1
+	  if $node->pg_version < 18;
+	is( $node->safe_psql('postgres', q{
+LOAD 'flagmeter';
+SELECT version FROM pg_get_loaded_modules() WHERE module_name = 'flagmeter'}),
+		$make_version, 'the loaded library names the version built');
+}
 
 # Every version must reach the default one, the released ones included.
 for my $version (@released)
