@@ -65,12 +65,18 @@ trap 'exit 143' TERM
 # PG15 prints `test %-28s ... ok  <n> ms` (serial) or `     %-28s ... ok`
 # (inside a parallel group); failures say FAILED (possibly after a note such as
 # "(test process exited with exit code 2)"), ignored ones "failed (ignored)".
+# From 16 the output is TAP: `ok 1         - name   <n> ms` or `not ok 2 ...`
+# ('+' instead of '-' inside a parallel group), and nothing is ignored.
 count_regress() {
 	awk '
 		/^(test |     )[^ ]+ +\.\.\. / {
 			if ($0 ~ /failed \(ignored\)/) i++
 			else if ($0 ~ /FAILED/) f++
 			else if ($0 ~ /\.\.\. +ok/) p++
+		}
+		/^(not )?ok +[0-9]+ +[-+] +[^ ]/ {
+			if ($1 == "not") f++
+			else p++
 		}
 		END { printf "%d %d %d\n", p, f, i }' "$1"
 }
