@@ -41,6 +41,10 @@ FM_PORT_LAST=54340
 # Repository root: this file lives in <root>/tools/.
 FM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
+# FM_LISTEN_TCP=1 (set by the caller before start_cluster): the server
+# listens on 127.0.0.1 too, for clients on the host that use TCP.
+FM_LISTEN_TCP=${FM_LISTEN_TCP:-0}
+
 # State filled in by the functions below (empty = not set up yet).
 FM_TMP=
 FM_SRC=
@@ -174,10 +178,10 @@ run_as_pg() {
 # fm_port_in_use PORT: true if something already uses PORT: a TCP listener
 # on any address (read from /proc/net/tcp{,6}, which needs no extra tools), or
 # a PostgreSQL socket in one of the usual socket directories (e.g. a system
-# cluster).  Our own server listens on no TCP address at all and keeps its
-# socket in the temp dir, so it cannot really clash; picking an unused number
-# anyway keeps psql/pg_regress messages unambiguous and is what TAP/humans
-# expect.
+# cluster).  Our own server keeps its socket in the temp dir, and listens on
+# no TCP address unless FM_LISTEN_TCP=1, so it can clash only then (see
+# start_cluster); picking an unused number anyway keeps psql/pg_regress
+# messages unambiguous and is what TAP/humans expect.
 fm_port_in_use() {
 	local port=$1 hex files=() f
 	hex=$(printf '%04X' "$port")
@@ -207,7 +211,9 @@ fm_pick_port() {
 }
 
 # start_cluster: initdb + start a throwaway server in $FM_TMP/data, owned by
-# the unprivileged user, reachable only through the unix socket in $FM_TMP.
+# the unprivileged user, reachable through the unix socket in $FM_TMP and,
+# with FM_LISTEN_TCP=1, on 127.0.0.1 at the same port (trust, like the
+# socket: initdb -A trust covers loopback).
 # pg_cron is preloaded (flagmeter may schedule jobs with it); pg_cron only
 # works in the database named by cron.database_name.  flagmeter is preloaded
 # too, for its shared limit cache (the TAP tests' own clusters run without
@@ -217,6 +223,10 @@ start_cluster() {
 	FM_PORT=$(fm_pick_port)
 	FM_PGDATA=$FM_TMP/data
 	export PGHOST=$FM_TMP PGPORT=$FM_PORT PGUSER=$FM_PG_ROLE
+	local listen='' attempt
+	if [[ $FM_LISTEN_TCP == 1 ]]; then
+		listen=127.0.0.1
+	fi
 
 	fm_log "initdb in $FM_PGDATA"
 	# C locale: sort order and messages do not depend on the machine, so the
@@ -231,19 +241,36 @@ start_cluster() {
 	cat >>"$FM_PGDATA/postgresql.conf" <<EOF
 
 # --- added by tools/common.sh (throwaway test cluster) ---
-port = $FM_PORT
-listen_addresses = ''
+listen_addresses = '$listen'
 unix_socket_directories = '$FM_TMP'
 shared_preload_libraries = 'pg_cron,flagmeter'
 cron.database_name = 'postgres'
 EOF
 
-	fm_log "starting PostgreSQL 15 on port $FM_PORT (socket dir $FM_TMP, user $FM_OS_USER)"
-	if ! run_as_pg pg_ctl -D "$FM_PGDATA" -l "$FM_TMP/server.log" -w -t 120 start >/dev/null; then
+	# A port found free can be taken before the server binds it (another
+	# run picks ports from the same range): then try the next free one.
+	# Each try appends its own port line; the last one counts.
+	for ((attempt = 1; ; attempt++)); do
+		if ((attempt > 1)); then
+			FM_PORT=$(fm_pick_port)
+			export PGPORT=$FM_PORT
+		fi
+		printf 'port = %s\n' "$FM_PORT" >>"$FM_PGDATA/postgresql.conf"
+		rm -f "$FM_TMP/server.log"
+		fm_log "starting PostgreSQL 15 on port $FM_PORT (socket dir $FM_TMP${listen:+, TCP $listen}," \
+			"user $FM_OS_USER)"
+		if run_as_pg pg_ctl -D "$FM_PGDATA" -l "$FM_TMP/server.log" -w -t 120 start >/dev/null; then
+			return 0
+		fi
+		if ((attempt < 5)) && [[ -n $listen ]] &&
+			grep -q 'could not bind IPv4 address' "$FM_TMP/server.log" 2>/dev/null; then
+			fm_log "port $FM_PORT was taken meanwhile: trying another"
+			continue
+		fi
 		tail -n 50 "$FM_TMP/server.log" >&2 || true
 		fm_err "the server did not start"
 		return 1
-	fi
+	done
 }
 
 # fm_stop_datadir DIR: stop the server of data dir DIR if it runs: fast

@@ -3,8 +3,9 @@
 #
 # Installs missing Debian packages, builds flagmeter with -Werror and installs
 # it, starts a throwaway PostgreSQL 15 cluster (pg_cron preloaded) as an
-# unprivileged user, then runs the three suites through PGXS's
-# `make installcheck` as that user in a copy of the tree:
+# unprivileged user, listening on its unix socket and on 127.0.0.1, then
+# runs the suites.  The first four run as that user in a copy of the tree,
+# three of them through PGXS's `make installcheck`:
 #   regress    pg_regress, test/sql/*.sql vs test/expected/*.out
 #   isolation  pg_isolation_regress, test/specs/*.spec
 #   tap        prove, test/t/*.pl (these start their own clusters with
@@ -12,6 +13,8 @@
 #   fuzz       `make fuzz-smoke`: a short libFuzzer run on the quota_counter
 #              parsers (fuzz/fuzz.mk); one test, failed on any crash, hang,
 #              sanitizer report or broken property
+# The last runs on this machine as a client of the cluster over TCP (see
+# run_host_suites, where more such suites go):
 #   sqlsmith   tools/sqlsmith.sh 2000 against this cluster; one test, failed
 #              when the server log shows a crash
 #
@@ -161,6 +164,31 @@ run_check() {
 # has_files GLOB: true if the glob matches at least one file.
 has_files() { compgen -G "$1" >/dev/null; }
 
+# run_host_check NAME [VAR=VALUE...] CMD...: run_check on this machine, as a
+# client of the harness's cluster over TCP, with PGHOST=127.0.0.1,
+# PGPORT=its port and PGUSER=its superuser role (trust on loopback).
+# Whatever the suite needs besides, it creates itself, its databases
+# included.
+run_host_check() {
+	local name=$1
+	shift
+	run_check "$name" env PGHOST=127.0.0.1 PGPORT="$FM_PORT" PGUSER="$FM_PG_ROLE" "$@"
+}
+
+# run_host_suites: the suites that run on this machine against the cluster
+# as its clients.  Another one is a few lines, for example
+#	if has_files "$FM_SRC/clients/node/package.json"; then
+#		run_host_check node npm --prefix "$FM_SRC/clients/node" test
+#	fi
+run_host_suites() {
+	if has_files "$FM_SRC/tools/sqlsmith.sh"; then
+		run_host_check sqlsmith FM_SQLSMITH_SERVER_LOG="$FM_TMP/server.log" \
+			bash "$FM_SRC/tools/sqlsmith.sh" 2000
+	else
+		fm_log "suite sqlsmith: no tools/sqlsmith.sh, skipped"
+	fi
+}
+
 # show_failure_details: what is needed to understand the failed suites,
 # printed before the temp dir is deleted (FLAGMETER_KEEP_TMP=1 keeps it all,
 # e.g. results/*.out of a test that has no expected output yet).
@@ -188,6 +216,7 @@ show_failure_details() {
 }
 
 main() {
+	FM_LISTEN_TCP=1	# for run_host_suites
 	fm_setup_cluster
 
 	if has_files "$FM_SRC/test/sql/*.sql"; then
@@ -211,12 +240,7 @@ main() {
 	else
 		fm_log "suite fuzz: no fuzz/fuzz.mk, skipped"
 	fi
-	if has_files "$FM_SRC/tools/sqlsmith.sh"; then
-		run_check sqlsmith env FM_SQLSMITH_SERVER_LOG="$FM_TMP/server.log" \
-			bash "$FM_SRC/tools/sqlsmith.sh" 2000
-	else
-		fm_log "suite sqlsmith: no tools/sqlsmith.sh, skipped"
-	fi
+	run_host_suites
 
 	if ((TOTAL_PASSED + TOTAL_FAILED == 0)); then
 		# A green run that tested nothing must not look like success.
