@@ -73,8 +73,11 @@ $(OBJS): $(wildcard src/*.h)
 demo:
 	bash tools/demo.sh
 
+# make test PG=17 or PG=18: the same suites against that release, in a
+# chroot of the Debian suite that packages it (tools/chroot.sh).
+PG ?= 15
 test:
-	bash tools/test.sh
+	PG=$(PG) bash tools/test.sh
 
 bench:
 	bash bench/run

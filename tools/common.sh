@@ -3,8 +3,12 @@
 # tools/demo.sh (`make demo`).  This file is sourced, not executed.
 #
 # The flow both scripts follow:
-#   fm_init            work out who runs the throwaway server, set up paths
-#   install_deps       install missing Debian packages (root only)
+#   fm_init            take the PostgreSQL version (FM_PG_MAJOR: 15, Debian
+#                      12's own, unless the caller set another), work out who
+#                      runs the throwaway server, set up paths
+#   install_deps       install missing Debian packages (root only); for a
+#                      version from a later Debian suite, also get its chroot
+#                      ready (tools/chroot.sh)
 #   fm_make_workdir    mktemp dir + a copy of the source tree (without .git)
 #   build_and_install  make WERROR=1 + make install, in that copy
 #   fm_chown_workdir   hand the temp dir to the unprivileged user
@@ -12,6 +16,9 @@
 #   run_as_pg ...      run a command as that user, with PG* variables set
 #   fm_cleanup         stop every server under the temp dir, delete the dir
 # fm_setup_cluster runs the first six in order (make test, make demo).
+# With PostgreSQL 17 or 18 the build, the server and every run_as_pg
+# command run inside that version's chroot; the paths stay the same (the
+# temp dir is mounted there at its own path).
 #
 # Why the build happens in a copy: the working tree stays free of root-owned
 # build artifacts (someone may be editing it meanwhile), every run starts from
@@ -21,11 +28,17 @@
 # Environment knobs:
 #   FLAGMETER_KEEP_TMP=1   keep the temp dir after the run (the servers are
 #                          still stopped) so logs can be inspected.
+#   FLAGMETER_CHROOT_DIR, FLAGMETER_CHROOT_REBUILD, FLAGMETER_DEBIAN_MIRROR
+#                          where the chroots of PostgreSQL 17 and 18 live and
+#                          how they are built: see tools/chroot.sh.
 
 set -euo pipefail
 
-# PostgreSQL 15 from Debian: always use its binaries explicitly, because
-# /usr/bin/pg_config and friends are wrappers that may pick another version.
+# PostgreSQL 15 from Debian unless the caller sets FM_PG_MAJOR before
+# fm_init (tools/test.sh does, from PG): always use the binaries of the
+# version explicitly, because /usr/bin/pg_config and friends are wrappers
+# that may pick another one.
+FM_PG_MAJOR=15
 FM_PG_BINDIR=/usr/lib/postgresql/15/bin
 FM_PG_CONFIG=$FM_PG_BINDIR/pg_config
 
@@ -41,6 +54,9 @@ FM_PORT_LAST=54340
 # Repository root: this file lives in <root>/tools/.
 FM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
+# shellcheck source=SCRIPTDIR/chroot.sh
+source "$FM_ROOT/tools/chroot.sh"
+
 # FM_LISTEN_TCP=1 (set by the caller before start_cluster): the server
 # listens on 127.0.0.1 too, for clients on the host that use TCP.
 FM_LISTEN_TCP=${FM_LISTEN_TCP:-0}
@@ -55,11 +71,23 @@ fm_log() { printf '==> %s\n' "$*"; }
 fm_err() { printf 'ERROR: %s\n' "$*" >&2; }
 fm_warn() { printf 'WARNING: %s\n' "$*" >&2; }
 
-# fm_init: decide which OS user owns the throwaway cluster.  initdb refuses to
-# run as root, so as root we use Debian's `postgres` account (created by the
+# fm_init: set up for the PostgreSQL version FM_PG_MAJOR (15, this
+# machine's; 17 and 18 come in a chroot, see tools/chroot.sh) and decide
+# which OS user owns the throwaway cluster.  initdb refuses to run as root,
+# so as root we use Debian's `postgres` account (created by the
 # postgresql-common package; fm_chown_workdir checks it exists, after
-# install_deps); otherwise the current user runs everything.
+# install_deps; in a chroot it is the chroot's own); otherwise the current
+# user runs everything.
 fm_init() {
+	if ! [[ $FM_PG_MAJOR =~ ^[0-9]+$ ]]; then
+		fm_err "PG must be a PostgreSQL major version such as 15 or 18, not '$FM_PG_MAJOR'"
+		return 1
+	fi
+	FM_PG_BINDIR=/usr/lib/postgresql/$FM_PG_MAJOR/bin
+	FM_PG_CONFIG=$FM_PG_BINDIR/pg_config
+	if ((FM_PG_MAJOR != 15)); then
+		fm_chroot_init "$FM_PG_MAJOR"
+	fi
 	if ((EUID == 0)); then
 		FM_OS_USER=postgres
 	else
@@ -69,17 +97,22 @@ fm_init() {
 	FM_PG_ROLE=$FM_OS_USER
 }
 
-# install_deps: install whatever of FM_DEB_PACKAGES is missing.  Presence is
-# checked with dpkg-query, so a second run neither installs nor runs
-# `apt-get update`.  Without root we cannot use apt: assume the packages are
-# there (the build fails clearly otherwise).
+# install_deps: install whatever of FM_DEB_PACKAGES is missing (with a
+# chroot, debootstrap too: the host's PostgreSQL 15 client and sqlsmith
+# still serve the suites that run on the host), then get the chroot ready
+# (tools/chroot.sh).  Presence is checked with dpkg-query, so a second run
+# neither installs nor runs `apt-get update`.  Without root we cannot use
+# apt: assume the packages are there (the build fails clearly otherwise).
 install_deps() {
 	if ((EUID != 0)); then
 		fm_log "not root: skipping apt-get, assuming ${FM_DEB_PACKAGES[*]} are installed"
 		return 0
 	fi
-	local pkg status missing=()
-	for pkg in "${FM_DEB_PACKAGES[@]}"; do
+	local pkg status needed=("${FM_DEB_PACKAGES[@]}") missing=()
+	if [[ -n $FM_CHROOT ]]; then
+		needed+=(debootstrap)
+	fi
+	for pkg in "${needed[@]}"; do
 		# shellcheck disable=SC2016  # ${Status} is dpkg-query's format, not ours
 		status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
 		if [[ $status != "install ok installed" ]]; then
@@ -87,13 +120,16 @@ install_deps() {
 		fi
 	done
 	if ((${#missing[@]} == 0)); then
-		fm_log "Debian packages already installed: ${FM_DEB_PACKAGES[*]}"
-		return 0
+		fm_log "Debian packages already installed: ${needed[*]}"
+	else
+		fm_log "installing missing Debian packages: ${missing[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update
+		apt-get install -y "${missing[@]}"
 	fi
-	fm_log "installing missing Debian packages: ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update
-	apt-get install -y "${missing[@]}"
+	if [[ -n $FM_CHROOT ]]; then
+		fm_chroot_ensure
+	fi
 }
 
 # fm_make_workdir: fresh temp dir holding a copy of the tree (minus .git).
@@ -104,43 +140,60 @@ fm_make_workdir() {
 	FM_TMP=$(mktemp -d /tmp/flagmeter.XXXXXX)
 	FM_SRC=$FM_TMP/src
 	mkdir "$FM_SRC"
+	if [[ -n $FM_CHROOT ]]; then
+		mkdir -p "$FM_CHROOT$FM_TMP"	# where fm_chroot_exec mounts it
+	fi
 	tar -C "$FM_ROOT" --exclude=./.git -cf - . | tar -C "$FM_SRC" -xf -
 	fm_log "work dir: $FM_TMP"
 	fm_private_postgres
 }
 
-# fm_private_postgres: a copy of Debian's PostgreSQL 15 tree (binaries,
-# libraries, share, headers) under $FM_TMP/pg, which the build installs
-# flagmeter into and every server of the run uses.  `make install` into the
-# system tree would replace the flagmeter that another run on the machine
-# (another checkout, a benchmark, a user's own install) is using meanwhile.
-# PostgreSQL finds its share and lib directories relative to its binaries,
-# so the copy works where it is; pg_config reports its paths.
+# fm_private_postgres: a copy of the PostgreSQL tree of the version under
+# test (binaries, libraries, share, headers: Debian's 15 here, or the
+# chroot's) under $FM_TMP/pg, which the build installs flagmeter into and
+# every server of the run uses.  `make install` into the system tree, or
+# into the chroot's (which runs of other checkouts share), would replace the
+# flagmeter that another run on the machine (another checkout, a benchmark,
+# a user's own install) is using meanwhile.  PostgreSQL finds its share and
+# lib directories relative to its binaries, so the copy works where it is;
+# pg_config reports its paths.  In a chroot $FM_TMP has the same path.
 fm_private_postgres() {
-	local root=$FM_TMP/pg
+	local root=$FM_TMP/pg from=$FM_CHROOT
 	mkdir -p "$root/usr/lib/postgresql" "$root/usr/share/postgresql" "$root/usr/include"
-	cp -a /usr/lib/postgresql/15 "$root/usr/lib/postgresql/"
-	cp -a /usr/share/postgresql/15 "$root/usr/share/postgresql/"
-	cp -a /usr/include/postgresql "$root/usr/include/"
-	FM_PG_BINDIR=$root/usr/lib/postgresql/15/bin
+	cp -a "$from/usr/lib/postgresql/$FM_PG_MAJOR" "$root/usr/lib/postgresql/"
+	cp -a "$from/usr/share/postgresql/$FM_PG_MAJOR" "$root/usr/share/postgresql/"
+	cp -a "$from/usr/include/postgresql" "$root/usr/include/"
+	FM_PG_BINDIR=$root/usr/lib/postgresql/$FM_PG_MAJOR/bin
 	FM_PG_CONFIG=$FM_PG_BINDIR/pg_config
+}
+
+# run_build CMD...: run a build command where the server's files are: here
+# as the current user, or in the chroot as root.
+run_build() {
+	if [[ -n $FM_CHROOT ]]; then
+		fm_chroot_exec HOME=/root "$@"
+	else
+		"$@"
+	fi
 }
 
 # build_and_install: clean build with warnings as errors, then install into
 # the run's private PostgreSQL tree (fm_private_postgres).
 build_and_install() {
-	fm_log "building flagmeter (WERROR=1)"
+	fm_log "building flagmeter (WERROR=1) for PostgreSQL $FM_PG_MAJOR"
 	# The copy may carry objects from the working tree: start from scratch.
-	make -C "$FM_SRC" --no-print-directory PG_CONFIG="$FM_PG_CONFIG" clean >/dev/null
-	make -C "$FM_SRC" --no-print-directory WERROR=1 PG_CONFIG="$FM_PG_CONFIG"
+	run_build make -C "$FM_SRC" --no-print-directory PG_CONFIG="$FM_PG_CONFIG" clean >/dev/null
+	run_build make -C "$FM_SRC" --no-print-directory WERROR=1 PG_CONFIG="$FM_PG_CONFIG"
 	fm_log "installing flagmeter"
-	make -C "$FM_SRC" --no-print-directory WERROR=1 PG_CONFIG="$FM_PG_CONFIG" install
+	run_build make -C "$FM_SRC" --no-print-directory WERROR=1 PG_CONFIG="$FM_PG_CONFIG" install
 }
 
 # fm_chown_workdir: as root, give the temp dir to the unprivileged user so it
 # can run initdb there and write test output into the source copy.
 fm_chown_workdir() {
-	if ((EUID == 0)); then
+	if [[ -n $FM_CHROOT ]]; then
+		chown -R "$FM_CHROOT_OWNER" "$FM_TMP"
+	elif ((EUID == 0)); then
 		if ! id -u "$FM_OS_USER" >/dev/null 2>&1; then
 			fm_err "OS user '$FM_OS_USER' does not exist (it comes with postgresql-common)"
 			return 1
@@ -149,23 +202,30 @@ fm_chown_workdir() {
 	fi
 }
 
-# run_as_pg CMD ARGS...: run CMD as the unprivileged user with the PG15
-# binaries first on PATH and PGHOST/PGPORT/PGUSER pointing at our cluster.
-# As root this goes through runuser (no password, no tty needed, works with
-# no stdin in CI); the environment is passed explicitly with env(1) so it does
-# not depend on what runuser/PAM keep.  TMPDIR points into our temp dir so
-# that the TAP framework's own temp dirs and sockets are cleaned up with it.
+# run_as_pg CMD ARGS...: run CMD as the unprivileged user with the chosen
+# version's binaries first on PATH and PGHOST/PGPORT/PGUSER pointing at our
+# cluster.  As root this goes through runuser (no password, no tty needed,
+# works with no stdin in CI); the environment is passed explicitly with
+# env(1) so it does not depend on what runuser/PAM keep.  TMPDIR points into
+# our temp dir so that the TAP framework's own temp dirs and sockets are
+# cleaned up with it.  In a chroot the environment is only this (the
+# host's PATH and the rest mean nothing there).
 run_as_pg() {
 	local envs=(
-		"PATH=$FM_PG_BINDIR:$PATH"
 		"PGHOST=${PGHOST:-}"
 		"PGPORT=${PGPORT:-}"
 		"PGUSER=${PGUSER:-}"
 		"TMPDIR=$FM_TMP"
-		# C.UTF-8 always exists on Debian 12: untranslated messages, and no
+		# C.UTF-8 always exists on Debian: untranslated messages, and no
 		# perl "setting locale failed" noise from a missing $LANG locale.
 		"LC_ALL=C.UTF-8"
 	)
+	if [[ -n $FM_CHROOT ]]; then
+		fm_chroot_exec --as-pg "PATH=$FM_PG_BINDIR:/usr/local/bin:/usr/bin:/bin" \
+			HOME=/var/lib/postgresql USER=postgres LOGNAME=postgres "${envs[@]}" "$@"
+		return
+	fi
+	envs+=("PATH=$FM_PG_BINDIR:$PATH")
 	if ((EUID == 0)); then
 		local runuser
 		runuser=$(command -v runuser || echo /usr/sbin/runuser)
@@ -257,8 +317,8 @@ EOF
 		fi
 		printf 'port = %s\n' "$FM_PORT" >>"$FM_PGDATA/postgresql.conf"
 		rm -f "$FM_TMP/server.log"
-		fm_log "starting PostgreSQL 15 on port $FM_PORT (socket dir $FM_TMP${listen:+, TCP $listen}," \
-			"user $FM_OS_USER)"
+		fm_log "starting PostgreSQL $FM_PG_MAJOR on port $FM_PORT (socket dir $FM_TMP${listen:+, TCP $listen}," \
+			"user $FM_OS_USER${FM_CHROOT:+ of the chroot})"
 		if run_as_pg pg_ctl -D "$FM_PGDATA" -l "$FM_TMP/server.log" -w -t 120 start >/dev/null; then
 			return 0
 		fi
@@ -295,9 +355,10 @@ stop_cluster() {
 }
 
 # fm_cleanup: stop our cluster plus any server a TAP test left behind under
-# the temp dir, then delete the temp dir.  Safe to call more than once (the
-# EXIT trap calls it again after the normal path did).  Never fails, so it
-# can run from a trap under set -e.
+# the temp dir (in a chroot, then any process still running there), then
+# delete the temp dir.  Safe to call more than once (the EXIT trap calls it
+# again after the normal path did).  Never fails, so it can run from a trap
+# under set -e.
 fm_cleanup() {
 	stop_cluster || true
 	FM_PGDATA=
@@ -306,10 +367,16 @@ fm_cleanup() {
 		while IFS= read -r pidfile; do
 			fm_stop_datadir "$(dirname "$pidfile")" || true
 		done < <(find "$FM_TMP" -name postmaster.pid -type f 2>/dev/null || true)
+		if [[ -n $FM_CHROOT ]]; then
+			fm_chroot_stop_run || true
+		fi
 		if [[ ${FLAGMETER_KEEP_TMP:-0} == 1 ]]; then
 			fm_log "FLAGMETER_KEEP_TMP=1: keeping $FM_TMP"
 		else
 			rm -rf "$FM_TMP" || true
+		fi
+		if [[ -n $FM_CHROOT ]]; then
+			rmdir "$FM_CHROOT$FM_TMP" 2>/dev/null || true
 		fi
 	fi
 	FM_TMP=

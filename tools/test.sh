@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # tools/test.sh -- what `make test` (and so .ci/run) runs.
 #
-# Installs missing Debian packages, builds flagmeter with -Werror and installs
-# it, starts a throwaway PostgreSQL 15 cluster (pg_cron preloaded) as an
-# unprivileged user, listening on its unix socket and on 127.0.0.1, then
-# runs the suites.  The first four run as that user in a copy of the tree,
-# three of them through PGXS's `make installcheck`:
+#   bash tools/test.sh            PostgreSQL 15, Debian 12's, on this machine
+#   PG=17 bash tools/test.sh      (make test PG=17) PostgreSQL 17 of Debian 13,
+#   PG=18 bash tools/test.sh      (make test PG=18) PostgreSQL 18 of Debian sid,
+#                                 each in a chroot (tools/chroot.sh)
+#
+# Installs missing Debian packages (and, for 17/18, gets the chroot ready),
+# builds flagmeter with -Werror and installs it, starts a throwaway cluster
+# of that version (pg_cron preloaded) as an unprivileged user, listening on
+# its unix socket and on 127.0.0.1, then runs the suites.  The first four
+# run as that user in a copy of the tree, inside the chroot for 17/18, three
+# of them through PGXS's `make installcheck`:
 #   regress    pg_regress, test/sql/*.sql vs test/expected/*.out
 #   isolation  pg_isolation_regress, test/specs/*.spec
 #   tap        prove, test/t/*.pl (these start their own clusters with
 #              PostgreSQL::Test::Cluster; only PGXS's bindir on PATH matters)
 #   fuzz       `make fuzz-smoke`: a short libFuzzer run on the quota_counter
-#              parsers (fuzz/fuzz.mk); one test, failed on any crash, hang,
-#              sanitizer report or broken property
-# The last runs on this machine as a client of the cluster over TCP (see
-# run_host_suites, where more such suites go):
+#              parsers (fuzz/fuzz.mk), built with the clang of the version's
+#              Debian suite; one test, failed on any crash, hang, sanitizer
+#              report or broken property
+# The last runs on this machine, whatever the version, as a client of the
+# cluster over TCP (see run_host_suites, where more such suites go):
 #   sqlsmith   tools/sqlsmith.sh 2000 against this cluster; one test, failed
 #              when the server log shows a crash
 #
@@ -164,19 +171,20 @@ run_check() {
 # has_files GLOB: true if the glob matches at least one file.
 has_files() { compgen -G "$1" >/dev/null; }
 
-# run_host_check NAME [VAR=VALUE...] CMD...: run_check on this machine, as a
-# client of the harness's cluster over TCP, with PGHOST=127.0.0.1,
-# PGPORT=its port and PGUSER=its superuser role (trust on loopback).
-# Whatever the suite needs besides, it creates itself, its databases
-# included.
+# run_host_check NAME [VAR=VALUE...] CMD...: run_check on this machine (never
+# in the chroot), as a client of the harness's cluster over TCP, with
+# PGHOST=127.0.0.1, PGPORT=its port and PGUSER=its superuser role (trust on
+# loopback).  Whatever the suite needs besides, it creates itself, its
+# databases included.
 run_host_check() {
 	local name=$1
 	shift
 	run_check "$name" env PGHOST=127.0.0.1 PGPORT="$FM_PORT" PGUSER="$FM_PG_ROLE" "$@"
 }
 
-# run_host_suites: the suites that run on this machine against the cluster
-# as its clients.  Another one is a few lines, for example
+# run_host_suites: the suites that run on this machine against the cluster,
+# the same way for every PostgreSQL version.  Another one is a few lines,
+# for example
 #	if has_files "$FM_SRC/clients/node/package.json"; then
 #		run_host_check node npm --prefix "$FM_SRC/clients/node" test
 #	fi
@@ -216,6 +224,7 @@ show_failure_details() {
 }
 
 main() {
+	FM_PG_MAJOR=${PG:-15}
 	FM_LISTEN_TCP=1	# for run_host_suites
 	fm_setup_cluster
 
@@ -236,7 +245,7 @@ main() {
 	fi
 	if has_files "$FM_SRC/fuzz/fuzz.mk"; then
 		run_check fuzz run_as_pg make -C "$FM_SRC" --no-print-directory \
-			PG_CONFIG="$FM_PG_CONFIG" fuzz-smoke
+			PG_CONFIG="$FM_PG_CONFIG" ${FM_FUZZ_CC:+"FUZZ_CC=$FM_FUZZ_CC"} fuzz-smoke
 	else
 		fm_log "suite fuzz: no fuzz/fuzz.mk, skipped"
 	fi
