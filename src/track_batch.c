@@ -481,3 +481,28 @@ fm_track_batch(PG_FUNCTION_ARGS)
 	track_events(&b);
 	PG_RETURN_INT64(b.ncounted);
 }
+
+/*
+ * track_events(tenants[], meters[], amounts[], occurred_at[], keys[]) -> boolean[]
+ *
+ * track_batch with one answer per event, as track gives it: element i is
+ * false when event i's key was recorded before (or earlier in the call).
+ * What a client that groups concurrent track calls into one transaction
+ * needs to answer each of its callers.
+ */
+PG_FUNCTION_INFO_V1(fm_track_events);
+Datum
+fm_track_events(PG_FUNCTION_ARGS)
+{
+	TrackBatch	b;
+	Datum	   *counted;
+	int			i;
+
+	batch_from_args(fcinfo, &b);
+	if (b.n > 0)
+		track_events(&b);
+	counted = palloc(sizeof(Datum) * Max(b.n, 1));
+	for (i = 0; i < b.n; i++)
+		counted[i] = BoolGetDatum(b.counted[i]);
+	PG_RETURN_ARRAYTYPE_P(construct_array(counted, b.n, BOOLOID, 1, true, TYPALIGN_CHAR));
+}
