@@ -14,6 +14,8 @@
 #              sanitizer report or broken property
 #   sqlsmith   tools/sqlsmith.sh 2000 against this cluster; one test, failed
 #              when the server log shows a crash
+#   node       the Node.js client's node:test suite (clients/node, `npm test`)
+#              against this cluster; one test
 #
 # Each suite is its own `make installcheck` (the other two switched off on the
 # command line: REGRESS= / ISOLATION= / TAP_TESTS=), because a single
@@ -152,6 +154,16 @@ run_check() {
 	fi
 }
 
+# run_node_client: the Node.js client's suite (clients/node, node:test)
+# against this cluster, as the unprivileged user, counted as one check.
+# `npm ci` (from the npm registry, into the copy) only when node_modules is
+# missing, as in a fresh clone; npm's cache lives in the temp dir.
+run_node_client() {
+	run_as_pg env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" bash -c \
+		'cd "$1" && { [[ -d node_modules ]] || npm ci --no-audit --no-fund; } && npm test' \
+		_ "$FM_SRC/clients/node"
+}
+
 # has_files GLOB: true if the glob matches at least one file.
 has_files() { compgen -G "$1" >/dev/null; }
 
@@ -210,6 +222,12 @@ main() {
 			bash "$FM_SRC/tools/sqlsmith.sh" 2000
 	else
 		fm_log "suite sqlsmith: no tools/sqlsmith.sh, skipped"
+	fi
+
+	if has_files "$FM_SRC/clients/node/package.json"; then
+		run_check node run_node_client
+	else
+		fm_log "suite node: no clients/node, skipped"
 	fi
 
 	if ((TOTAL_PASSED + TOTAL_FAILED == 0)); then
