@@ -22,7 +22,6 @@
 #include "funcapi.h"
 
 #include "access/htup_details.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 
 #include "args.h"
@@ -45,38 +44,6 @@ same_key(const char *a, const char *b)
 	if (a == NULL || b == NULL)
 		return a == b;
 	return strcmp(a, b) == 0;
-}
-
-/* The int4 array of item ids, one per row, or NULL when not given. */
-static int32 *
-arg_item_ids(FunctionCallInfo fcinfo, int argno, int expected)
-{
-	ArrayType  *arr;
-	Datum	   *elems;
-	bool	   *isnull;
-	int32	   *out;
-	int			n,
-				i;
-
-	if (PG_ARGISNULL(argno))
-		return NULL;
-	arr = PG_GETARG_ARRAYTYPE_P(argno);
-	if (ARR_NDIM(arr) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("items must be a one-dimensional array")));
-	deconstruct_array(arr, INT4OID, 4, true, TYPALIGN_INT, &elems, &isnull, &n);
-	fm_check_array_length("items", n, expected);
-	out = palloc(sizeof(int32) * Max(n, 1));
-	for (i = 0; i < n; i++)
-	{
-		if (isnull[i])
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("items must not contain NULLs")));
-		out[i] = DatumGetInt32(elems[i]);
-	}
-	return out;
 }
 
 /*
@@ -154,32 +121,18 @@ fm_consume_batch(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	  **tenants;
 	char	  **meters;
-	char	  **keys = NULL;
+	char	  **keys;
 	int64	   *amounts;
 	int32	   *ids;
 	BatchItem  *items;
 	int			n,
-				n2,
 				nitems,
 				i,
 				k;
 
-	if (PG_ARGISNULL(0))
-		fm_null_argument("tenants");
-	if (PG_ARGISNULL(1))
-		fm_null_argument("meters");
-	if (PG_ARGISNULL(2))
-		fm_null_argument("amounts");
-	tenants = fm_arg_text_array(fcinfo, 0, "tenants", &n, false);
-	meters = fm_arg_text_array(fcinfo, 1, "meters", &n2, false);
-	fm_check_array_length("meters", n2, n);
-	amounts = fm_arg_amount_array(fcinfo, 2, n, false);
-	if (!PG_ARGISNULL(3))
-	{
-		keys = fm_arg_text_array(fcinfo, 3, "idempotency_keys", &n2, true);
-		fm_check_array_length("idempotency_keys", n2, n);
-	}
-	ids = arg_item_ids(fcinfo, 4, n);
+	n = fm_arg_batch_rows(fcinfo, &tenants, &meters, &amounts, false);
+	keys = fm_arg_key_array(fcinfo, 3, n);
+	ids = fm_arg_int4_array(fcinfo, 4, "items", n);
 	for (i = 0; i < n; i++)
 	{
 		fm_check_tenant(tenants[i]);

@@ -113,24 +113,24 @@ class FlagMeter extends EventEmitter {
     return this._stream.ready()
   }
 
-  /** Records usage; resolves after the event is durably committed. */
-  track (tenant, meter, amount = 1, options = {}) {
+  /** Queue the call made by makeCall (which checks its arguments) on a batcher. */
+  _push (batcher, makeCall) {
     try {
       this._open()
-      return this._tracks.push(calls.trackCall(tenant, meter, amount, options))
+      return batcher.push(makeCall())
     } catch (err) {
       return Promise.reject(err)
     }
   }
 
+  /** Records usage; resolves after the event is durably committed. */
+  track (tenant, meter, amount = 1, options = {}) {
+    return this._push(this._tracks, () => calls.trackCall(tenant, meter, amount, options))
+  }
+
   /** Checks the limit and records, atomically; grouped like track. */
   consume (tenant, meter, amount = 1, options = {}) {
-    try {
-      this._open()
-      return this._consumes.push(calls.consumeCall(tenant, meter, amount, options))
-    } catch (err) {
-      return Promise.reject(err)
-    }
+    return this._push(this._consumes, () => calls.consumeCall(tenant, meter, amount, options))
   }
 
   /** The exact decision for amount more, recording nothing (a database read). */
