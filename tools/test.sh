@@ -157,11 +157,21 @@ run_check() {
 # run_node_client: the Node.js client's suite (clients/node, node:test)
 # against this cluster, as the unprivileged user, counted as one check.
 # `npm ci` (from the npm registry, into the copy) only when node_modules is
-# missing, as in a fresh clone; npm's cache lives in the temp dir.
+# missing, as in a fresh clone; npm's cache lives in the temp dir.  As root
+# the build is installed again first: minutes have passed since
+# build_and_install, and on a shared machine another tree's build may have
+# been installed over it meanwhile (npm test creates the extension once,
+# at its start, and its files clone that database).
 run_node_client() {
-	run_as_pg env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" bash -c \
-		'cd "$1" && { [[ -d node_modules ]] || npm ci --no-audit --no-fund; } && npm test' \
-		_ "$FM_SRC/clients/node"
+	local dir=$FM_SRC/clients/node
+	if [[ ! -d $dir/node_modules ]]; then
+		run_as_pg env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
+			bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$dir" || return 1
+	fi
+	if ((EUID == 0)); then
+		make -C "$FM_SRC" --no-print-directory PG_CONFIG="$FM_PG_CONFIG" install >/dev/null || return 1
+	fi
+	run_as_pg env HOME="$FM_TMP" bash -c 'cd "$1" && npm test' _ "$dir"
 }
 
 # has_files GLOB: true if the glob matches at least one file.

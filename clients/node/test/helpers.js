@@ -18,14 +18,20 @@ async function admin (database, fn) {
   }
 }
 
-/** CREATE DATABASE name + CREATE EXTENSION flagmeter; returns { name, drop }. */
+/**
+ * A database of flagmeter: a clone of run.js's template (CREATE EXTENSION
+ * done there), or CREATE EXTENSION here when a file runs on its own.
+ * Returns { name, connection, query, drop }.
+ */
 async function createDatabase (name, setupSql = '') {
-  await admin('postgres', async (c) => {
+  const template = await admin('postgres', async (c) => {
     await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
-    await c.query(`CREATE DATABASE ${name}`)
+    const { rows } = await c.query("SELECT count(*)::int AS n FROM pg_database WHERE datname = 'fm_node_template'")
+    await c.query(`CREATE DATABASE ${name}${rows[0].n ? ' TEMPLATE fm_node_template' : ''}`)
+    return rows[0].n > 0
   })
   await admin(name, async (c) => {
-    await c.query('CREATE EXTENSION flagmeter')
+    if (!template) await c.query('CREATE EXTENSION flagmeter')
     if (setupSql) await c.query(setupSql)
   })
   return {

@@ -64,6 +64,27 @@ async function startCluster () {
   }
 }
 
+const TEMPLATE = 'fm_node_template'
+
+async function template (env, action) {
+  const pg = require('pg')
+  const conn = (database) => ({ host: env.PGHOST, port: Number(env.PGPORT), user: env.PGUSER, database })
+  const admin = new pg.Client(conn('postgres'))
+  await admin.connect()
+  try {
+    await admin.query(`DROP DATABASE IF EXISTS ${TEMPLATE} WITH (FORCE)`)
+    if (action === 'DROP') return
+    await admin.query(`CREATE DATABASE ${TEMPLATE}`)
+  } finally { await admin.end() }
+  const db = new pg.Client(conn(TEMPLATE))
+  await db.connect()
+  try {
+    await db.query('CREATE EXTENSION flagmeter')
+    const { rows } = await db.query("SELECT to_regprocedure('flagmeter.consume_batch(text[], text[], bigint[], text[], integer[])') IS NOT NULL AS ok")
+    if (!rows[0].ok) throw new Error('the flagmeter installed in this server has no consume_batch: not a build of this tree')
+  } finally { await db.end() }
+}
+
 async function main () {
   let cluster = null
   let env = process.env
@@ -72,10 +93,17 @@ async function main () {
     env = { ...process.env, ...cluster.env }
     console.log(`# throwaway cluster on port ${cluster.env.PGPORT} (${cluster.env.PGHOST})`)
   }
+  // One CREATE EXTENSION for the whole run, into a template every test file
+  // clones (helpers.createDatabase): the extension's script is read from
+  // the server's share directory once, right at the start.  On a machine
+  // where other builds of flagmeter get installed into that directory
+  // while a run goes on, the tests keep testing the one installed now.
+  await template(env, 'CREATE')
   const files = fs.readdirSync(__dirname).filter((f) => f.endsWith('.test.js')).sort()
     .map((f) => path.join(__dirname, f))
   const child = spawn(process.execPath, ['--test', '--test-concurrency=1', ...files], { env, stdio: 'inherit' })
   const code = await new Promise((resolve) => child.on('exit', (c, sig) => resolve(c ?? (sig ? 1 : 0))))
+  await template(env, 'DROP').catch((err) => console.error(err.message))
   if (cluster) cluster.stop()
   process.exitCode = code
 }
