@@ -323,7 +323,7 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
  */
 static FmDecision *
 remember_decisions(const char *tenant, const char *key, ConsumeItem *items, int n,
-				   TimestampTz now, const FmDecision *decisions)
+				   TimestampTz now, const FmDecision *decisions, int *nremembered)
 {
 	int			i;
 
@@ -332,7 +332,7 @@ remember_decisions(const char *tenant, const char *key, ConsumeItem *items, int 
 		if (!fm_claim_key(tenant, key, i, items[i].meter, items[i].amount, now,
 						  items[i].period_start, "consume", &decisions[i]))
 		{
-			FmDecision *remembered = fm_replayed_decisions(tenant, key);
+			FmDecision *remembered = fm_replayed_decisions(tenant, key, nremembered);
 
 			if (remembered == NULL)
 				elog(ERROR, "idempotency key \"%s\" of tenant \"%s\" was claimed but has no decision",
@@ -375,11 +375,14 @@ record_items(const char *tenant, const char *key, ConsumeItem *items, int n,
  * meter, no key) takes consume_one's shorter path.
  */
 FmDecision *
-fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
+fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key,
+				 int *ndecisions)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	FmDecision *decisions;
 	int			i;
+
+	*ndecisions = n;
 
 	fm_lock_counters_for_write();
 	SPI_connect();
@@ -396,7 +399,7 @@ fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 		(items[0].limit.aggregation == FM_AGG_SUM ||
 		 items[0].limit.aggregation == FM_AGG_COUNT))
 		decisions = consume_one(tenant, &items[0], now);
-	else if (key && (decisions = fm_replayed_decisions(tenant, key)) != NULL)
+	else if (key && (decisions = fm_replayed_decisions(tenant, key, ndecisions)) != NULL)
 	{
 		/* a retried key: the original decision, nothing recorded */
 	}
@@ -408,7 +411,8 @@ fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 		decisions = SPI_palloc(sizeof(FmDecision) * n);
 		granted = decide_items(tenant, items, n, now, decisions);
 		if (key)
-			remembered = remember_decisions(tenant, key, items, n, now, decisions);
+			remembered = remember_decisions(tenant, key, items, n, now, decisions,
+											ndecisions);
 		if (remembered)
 			decisions = remembered;
 		else if (granted)
@@ -506,6 +510,7 @@ fm_consume(PG_FUNCTION_ARGS)
 	char	   *key = fm_arg_key(fcinfo, 3);
 	FmDecision *decision;
 	TupleDesc	desc;
+	int			ndecisions;
 
 	memset(&item, 0, sizeof(item));
 	item.meter = fm_arg_meter(fcinfo, 1);
@@ -513,7 +518,7 @@ fm_consume(PG_FUNCTION_ARGS)
 
 	desc = fm_decision_desc(fcinfo);
 
-	decision = fm_consume_items(tenant, &item, 1, key);
+	decision = fm_consume_items(tenant, &item, 1, key, &ndecisions);
 	PG_RETURN_DATUM(HeapTupleGetDatum(fm_decision_tuple(desc, &decision[0])));
 }
 
@@ -530,6 +535,7 @@ fm_consume_multi(PG_FUNCTION_ARGS)
 	FmDecision *decisions;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int			n,
+				ndecisions,
 				i;
 
 	if (PG_ARGISNULL(1))
@@ -546,10 +552,10 @@ fm_consume_multi(PG_FUNCTION_ARGS)
 		items[i].amount = amounts[i];
 	}
 
-	decisions = fm_consume_items(tenant, items, n, key);
+	decisions = fm_consume_items(tenant, items, n, key, &ndecisions);
 
 	InitMaterializedSRF(fcinfo, 0);
-	for (i = 0; i < n; i++)
+	for (i = 0; i < ndecisions; i++)
 		tuplestore_puttuple(rsinfo->setResult,
 							fm_decision_tuple(rsinfo->setDesc, &decisions[i]));
 	return (Datum) 0;

@@ -38,12 +38,14 @@ extern void fm_check_consume_meters(char **meters, int n);
 /*
  * Decide and record the n meters of one tenant's consume, all or none;
  * key NULL: no idempotency key.  Returns the decisions in meter order, in
- * memory that outlives SPI.  Locks stripe 0 of each period (in meter-name
- * order) until the transaction ends; a later item of the same transaction
- * on the same period finds the lock already held.
+ * memory that outlives SPI, and their number in *ndecisions: n, or for a
+ * retried key the number of meters the first call named (its decisions
+ * are returned, whatever the retry names).  Locks stripe 0 of each period
+ * (in meter-name order) until the transaction ends; a later item of the
+ * same transaction on the same period finds the lock already held.
  */
 extern FmDecision *fm_consume_items(const char *tenant, ConsumeItem *items, int n,
-									const char *key);
+									const char *key, int *ndecisions);
 
 /*
  * Lock stripe 0 of the current period of every (tenant, meter) given

@@ -108,7 +108,8 @@ check_item(const BatchItem *item, char **tenants, char **meters, char **keys)
  * consume_batch(tenants[], meters[], amounts[], idempotency_keys[], items[])
  *   -> TABLE (item, granted, used, quota, remaining, resets_at, overage, meter)
  *
- * One row per argument row, in argument order, carrying its item's id.
+ * One row per argument row, in argument order, carrying its item's id
+ * (a retried key: one row per meter of the call that recorded it).
  * Every argument is checked, and every meter looked up, before the first
  * item is decided; an error while deciding (a key of track reused, usage
  * past the bigint range) fails the whole call, and the caller's
@@ -172,6 +173,7 @@ fm_consume_batch(PG_FUNCTION_ARGS)
 		const BatchItem *item = &items[k];
 		ConsumeItem *citems = palloc0(sizeof(ConsumeItem) * item->n);
 		FmDecision *decisions;
+		int			ndecisions;
 
 		for (i = 0; i < item->n; i++)
 		{
@@ -179,8 +181,8 @@ fm_consume_batch(PG_FUNCTION_ARGS)
 			citems[i].amount = amounts[item->first + i];
 		}
 		decisions = fm_consume_items(tenants[item->first], citems, item->n,
-									 keys ? keys[item->first] : NULL);
-		for (i = 0; i < item->n; i++)
+									 keys ? keys[item->first] : NULL, &ndecisions);
+		for (i = 0; i < ndecisions; i++)
 		{
 			Datum		values[FM_DECISION_FIELDS + 2];
 			bool		nulls[FM_DECISION_FIELDS + 2];

@@ -120,6 +120,9 @@ SELECT used(usage('nobody', 'api_calls'));
 -- a key of an item of several meters covers the item; void cancels all of it
 SELECT item, meter, granted FROM consume_batch(ARRAY['nobody', 'nobody'], ARRAY['api_calls', 'tokens'],
     ARRAY[1, 10], ARRAY['m-1', 'm-1'], ARRAY[1, 1]);
+-- a retry naming other meters gets the first call's decisions, one per meter it named
+SELECT meter, granted, used FROM consume('nobody', ARRAY['api_calls', 'tokens', 'seats'], ARRAY[1, 1, 1], 'm-1');
+SELECT item, meter, granted, used FROM consume_batch(ARRAY['nobody'], ARRAY['seats'], ARRAY[1], ARRAY['m-1']);
 SELECT void('nobody', 'm-1');
 SELECT used(usage('nobody', 'api_calls')) AS api_calls, used(usage('nobody', 'tokens')) AS tokens;
 -- the same decisions as consume one by one, in one transaction
