@@ -1,6 +1,6 @@
 // Every public type of the flagmeter client, in one place.
 import type { EventEmitter } from 'node:events'
-import type { Pool, PoolClient, PoolConfig, ClientConfig } from 'pg'
+import type { Pool, ClientBase, PoolConfig, ClientConfig } from 'pg'
 
 /**
  * A bigint of PostgreSQL (an amount, a usage figure, a quota, a version):
@@ -168,7 +168,7 @@ export interface FlagMeterStats {
 
 /** Unbatched calls inside one transaction; they roll back with it. */
 export declare class Transaction {
-  readonly client: PoolClient
+  readonly client: ClientBase
   track (tenant: string, meter: string, amount?: Int, options?: TrackOptions): Promise<TrackResult>
   consume (tenant: string, meter: string, amount?: Int, options?: ConsumeOptions): Promise<Decision>
   consume (tenant: string, meters: string[], amounts: Int[], options?: ConsumeOptions): Promise<Decision[]>
@@ -200,7 +200,7 @@ export declare class FlagMeter extends EventEmitter {
   /** fn(tx) in one transaction on a pool connection: commit on return, rollback on throw. */
   transaction<T> (fn: (tx: Transaction) => Promise<T>): Promise<T>
   /** fn(tx) on the caller's own client, inside the transaction the caller manages. */
-  transaction<T> (client: PoolClient, fn: (tx: Transaction) => Promise<T>): Promise<T>
+  transaction<T> (client: ClientBase, fn: (tx: Transaction) => Promise<T>): Promise<T>
   stats (): FlagMeterStats
   /** Flushes pending calls, then ends the LISTEN session and the pool it created. */
   close (): Promise<void>
