@@ -10,11 +10,14 @@
 // rates, about (arrival rate x transaction time / maxInFlight) under load.
 //
 // Why the limits exist:
-// - maxInFlight (default 4): each group holds a pool connection for one
-//   transaction.  More groups in flight give smaller groups and more commit
-//   flushes for the same work, and take connections the app's own queries
-//   need; fewer leave the database idle while a group commits.  The issue's
-//   measurements found 4 slots at least as fast as a queue-and-worker design.
+// - maxInFlight (default 2): each group holds a pool connection for one
+//   transaction.  More groups in flight give smaller groups and more
+//   transactions for the same work (and take connections the app's own
+//   queries need); fewer leave the database idle while a group commits.  At
+//   1 200 connections on the 2-core benchmark machine (bench/e2e), 2 beat 4
+//   in each of three alternating rounds (+6 to +17 % req/s), 1 and 3 were
+//   no better than 2, and 8 was worse than 4; a database with more cores
+//   may want more.
 // - maxGroup (default 500): one statement's arrays, and one transaction's
 //   locks and WAL, stay bounded, and a failed group fails at most that many
 //   callers.
@@ -30,7 +33,7 @@ class Batcher {
    * @param {number} [opts.maxInFlight]
    * @param {number} [opts.maxGroup]
    */
-  constructor ({ run, maxInFlight = 4, maxGroup = 500 }) {
+  constructor ({ run, maxInFlight = 2, maxGroup = 500 }) {
     if (!Number.isInteger(maxInFlight) || maxInFlight < 1) throw new RangeError(`maxInFlight must be a positive integer: ${maxInFlight}`)
     if (!Number.isInteger(maxGroup) || maxGroup < 1) throw new RangeError(`maxGroup must be a positive integer: ${maxGroup}`)
     this._run = run

@@ -75,7 +75,7 @@ class FlagMeter extends EventEmitter {
     this.pool = options.pool ?? new pg.Pool(own)
     this._ownsPool = !options.pool
     this._closing = null
-    const batching = { maxInFlight: options.maxInFlight ?? 4, maxGroup: options.maxGroup ?? 500 }
+    const batching = { maxInFlight: options.maxInFlight ?? 2, maxGroup: options.maxGroup ?? 500 }
     this._tracks = new Batcher({ ...batching, run: (group) => this._withClient((db) => calls.runTrackGroup(db, group)) })
     this._consumes = new Batcher({ ...batching, run: (group) => this._withClient((db) => calls.runConsumeGroup(db, group)) })
     this.cache = new QuotaCache()

@@ -25,7 +25,7 @@ export interface FlagMeterOptions {
    * events and a cache when `pool` is given. `false`: no events, no cache.
    */
   listen?: string | ClientConfig | false
-  /** Groups of calls running at once, per kind (track, consume). Default 4. */
+  /** Groups of calls running at once, per kind (track, consume), each on one pool connection. Default 2. */
   maxInFlight?: number
   /** Most calls in one group (one server call, one transaction). Default 500. */
   maxGroup?: number
