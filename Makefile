@@ -26,6 +26,7 @@ OBJS = \
 	src/track.o \
 	src/track_batch.o \
 	src/consume.o \
+	src/consume_batch.o \
 	src/reads.o \
 	src/void.o \
 	src/entitlements.o \

@@ -186,6 +186,12 @@ deconstruct_arg(FunctionCallInfo fcinfo, int argno, const char *what, Oid elemty
 		typbyval = false;
 		typalign = TYPALIGN_INT;
 	}
+	else if (elemtype == INT4OID)
+	{
+		typlen = 4;
+		typbyval = true;
+		typalign = TYPALIGN_INT;
+	}
 	else
 	{
 		/* bigint and timestamptz */
@@ -277,6 +283,64 @@ fm_arg_timestamp_array(FunctionCallInfo fcinfo, int argno, const char *what,
 	fm_check_array_length(what, n, expected);
 	for (i = 0; i < n; i++)
 		out[i] = isnull[i] ? null_means : DatumGetTimestampTz(elems[i]);
+	return out;
+}
+
+int
+fm_arg_batch_rows(FunctionCallInfo fcinfo, char ***tenants, char ***meters,
+				  int64 **amounts, bool zero_allowed)
+{
+	int			n,
+				n2;
+
+	if (PG_ARGISNULL(0))
+		fm_null_argument("tenants");
+	if (PG_ARGISNULL(1))
+		fm_null_argument("meters");
+	if (PG_ARGISNULL(2))
+		fm_null_argument("amounts");
+	*tenants = fm_arg_text_array(fcinfo, 0, "tenants", &n, false);
+	*meters = fm_arg_text_array(fcinfo, 1, "meters", &n2, false);
+	fm_check_array_length("meters", n2, n);
+	*amounts = fm_arg_amount_array(fcinfo, 2, n, zero_allowed);
+	return n;
+}
+
+char **
+fm_arg_key_array(FunctionCallInfo fcinfo, int argno, int expected)
+{
+	char	  **keys;
+	int			n;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	keys = fm_arg_text_array(fcinfo, argno, "idempotency_keys", &n, true);
+	fm_check_array_length("idempotency_keys", n, expected);
+	return keys;
+}
+
+int32 *
+fm_arg_int4_array(FunctionCallInfo fcinfo, int argno, const char *what, int expected)
+{
+	Datum	   *elems;
+	bool	   *isnull;
+	int32	   *out;
+	int			n,
+				i;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	deconstruct_arg(fcinfo, argno, what, INT4OID, &elems, &isnull, &n);
+	fm_check_array_length(what, n, expected);
+	out = palloc(sizeof(int32) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		if (isnull[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not contain NULLs", what)));
+		out[i] = DatumGetInt32(elems[i]);
+	}
 	return out;
 }
 

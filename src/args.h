@@ -49,4 +49,18 @@ extern TimestampTz *fm_arg_timestamp_array(FunctionCallInfo fcinfo, int argno,
 										   TimestampTz null_means);
 extern void fm_check_array_length(const char *what, int n, int expected);
 
+/*
+ * The leading arguments of the batch calls, (tenants[], meters[],
+ * amounts[]) at 0, 1, 2: none NULL (each named in argument order), no
+ * NULL elements, the same length (returned); amounts checked as by
+ * fm_arg_amount_array.
+ */
+extern int	fm_arg_batch_rows(FunctionCallInfo fcinfo, char ***tenants, char ***meters,
+							  int64 **amounts, bool zero_allowed);
+/* idempotency_keys[] of expected elements, NULL elements allowed; NULL: none */
+extern char **fm_arg_key_array(FunctionCallInfo fcinfo, int argno, int expected);
+/* an int4 array of expected elements without NULLs; NULL when the argument is */
+extern int32 *fm_arg_int4_array(FunctionCallInfo fcinfo, int argno, const char *what,
+								int expected);
+
 #endif							/* FLAGMETER_ARGS_H */

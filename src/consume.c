@@ -23,6 +23,7 @@
 #include "utils/timestamp.h"
 
 #include "args.h"
+#include "consume.h"
 #include "counter.h"
 #include "decision.h"
 #include "event_keys.h"
@@ -150,18 +151,6 @@ lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start
 		elog(ERROR, "could not lock the counter of tenant \"%s\" meter \"%s\"",
 			 tenant, meter);
 }
-
-typedef struct ConsumeItem
-{
-	const char *meter;
-	int64		amount;
-	FmLimit		limit;
-	TimestampTz period_start;
-	TimestampTz period_end;
-	FmCounter	tracked;		/* the other stripes, as seen before the lock */
-	FmCounter	stripe0;		/* stripe 0 as locked */
-	FmCounter	stripe0_after;	/* stripe 0 once the item is recorded */
-} ConsumeItem;
 
 static int
 compare_items_by_meter(const void *a, const void *b)
@@ -336,7 +325,7 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
  */
 static FmDecision *
 remember_decisions(const char *tenant, const char *key, ConsumeItem *items, int n,
-				   TimestampTz now, const FmDecision *decisions)
+				   TimestampTz now, const FmDecision *decisions, int *nremembered)
 {
 	int			i;
 
@@ -345,7 +334,7 @@ remember_decisions(const char *tenant, const char *key, ConsumeItem *items, int 
 		if (!fm_claim_key(tenant, key, i, items[i].meter, items[i].amount, now,
 						  items[i].period_start, "consume", &decisions[i]))
 		{
-			FmDecision *remembered = fm_replayed_decisions(tenant, key);
+			FmDecision *remembered = fm_replayed_decisions(tenant, key, nremembered);
 
 			if (remembered == NULL)
 				elog(ERROR, "idempotency key \"%s\" of tenant \"%s\" was claimed but has no decision",
@@ -384,16 +373,18 @@ record_items(const char *tenant, const char *key, ConsumeItem *items, int n,
 }
 
 /*
- * The heart of consume: decide and record all items or none.  Returns the
- * decisions in item order (memory that outlives SPI).  The common call
- * (one sum or count meter, no key) takes consume_one's shorter path.
+ * The heart of consume (consume.h).  The common call (one sum or count
+ * meter, no key) takes consume_one's shorter path.
  */
-static FmDecision *
-consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
+FmDecision *
+fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key,
+				 int *ndecisions)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	FmDecision *decisions;
 	int			i;
+
+	*ndecisions = n;
 
 	fm_lock_counters_for_write();
 	SPI_connect();
@@ -410,7 +401,7 @@ consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 		(items[0].limit.aggregation == FM_AGG_SUM ||
 		 items[0].limit.aggregation == FM_AGG_COUNT))
 		decisions = consume_one(tenant, &items[0], now);
-	else if (key && (decisions = fm_replayed_decisions(tenant, key)) != NULL)
+	else if (key && (decisions = fm_replayed_decisions(tenant, key, ndecisions)) != NULL)
 	{
 		/* a retried key: the original decision, nothing recorded */
 	}
@@ -422,7 +413,8 @@ consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 		decisions = SPI_palloc(sizeof(FmDecision) * n);
 		granted = decide_items(tenant, items, n, now, decisions);
 		if (key)
-			remembered = remember_decisions(tenant, key, items, n, now, decisions);
+			remembered = remember_decisions(tenant, key, items, n, now, decisions,
+											ndecisions);
 		if (remembered)
 			decisions = remembered;
 		else if (granted)
@@ -430,6 +422,84 @@ consume_items(const char *tenant, ConsumeItem *items, int n, const char *key)
 	}
 	SPI_finish();
 	return decisions;
+}
+
+/* (tenant, meter) pairs of fm_lock_consume_periods, in lock order */
+typedef struct TenantMeter
+{
+	const char *tenant;
+	const char *meter;
+} TenantMeter;
+
+static int
+compare_tenant_meters(const void *a, const void *b)
+{
+	const TenantMeter *x = a;
+	const TenantMeter *y = b;
+	int			c = strcmp(x->tenant, y->tenant);
+
+	return c != 0 ? c : strcmp(x->meter, y->meter);
+}
+
+void
+fm_lock_consume_periods(char **tenants, char **meters, int n)
+{
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	TenantMeter *pairs = palloc(sizeof(TenantMeter) * Max(n, 1));
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		pairs[i].tenant = tenants[i];
+		pairs[i].meter = meters[i];
+	}
+	qsort(pairs, n, sizeof(TenantMeter), compare_tenant_meters);
+
+	fm_lock_counters_for_write();
+	SPI_connect();
+	for (i = 0; i < n; i++)
+	{
+		FmLimit		limit;
+		TimestampTz start,
+					end;
+		FmCounter	stripe0,
+					tracked;
+
+		if (i > 0 && compare_tenant_meters(&pairs[i], &pairs[i - 1]) == 0)
+			continue;
+		fm_load_limit(pairs[i].tenant, pairs[i].meter, false, &limit);
+		fm_period_bounds(limit.period, limit.anchor, limit.tz, now, &start, &end);
+		lock_for_consume(pairs[i].tenant, pairs[i].meter, start, &stripe0, &tracked);
+	}
+	SPI_finish();
+	pfree(pairs);
+}
+
+void
+fm_check_consume_meters(char **meters, int n)
+{
+	int			i,
+				j;
+
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("meters must not be empty")));
+	if (n > FM_MAX_METERS_PER_CONSUME)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many meters in one consume: %d", n),
+				 errdetail("One consume names at most %d meters.", FM_MAX_METERS_PER_CONSUME)));
+	for (i = 0; i < n; i++)
+	{
+		fm_check_meter_name(meters[i]);
+		for (j = 0; j < i; j++)
+			if (strcmp(meters[i], meters[j]) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("meter \"%s\" is listed twice", meters[i]),
+						 errhint("Add the amounts up into one element.")));
+	}
 }
 
 /* consume(tenant, meter, amount, idempotency_key) -> decision */
@@ -442,6 +512,7 @@ fm_consume(PG_FUNCTION_ARGS)
 	char	   *key = fm_arg_key(fcinfo, 3);
 	FmDecision *decision;
 	TupleDesc	desc;
+	int			ndecisions;
 
 	memset(&item, 0, sizeof(item));
 	item.meter = fm_arg_meter(fcinfo, 1);
@@ -449,7 +520,7 @@ fm_consume(PG_FUNCTION_ARGS)
 
 	desc = fm_decision_desc(fcinfo);
 
-	decision = consume_items(tenant, &item, 1, key);
+	decision = fm_consume_items(tenant, &item, 1, key, &ndecisions);
 	PG_RETURN_DATUM(HeapTupleGetDatum(fm_decision_tuple(desc, &decision[0])));
 }
 
@@ -466,44 +537,27 @@ fm_consume_multi(PG_FUNCTION_ARGS)
 	FmDecision *decisions;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int			n,
-				i,
-				j;
+				ndecisions,
+				i;
 
 	if (PG_ARGISNULL(1))
 		fm_null_argument("meters");
 	if (PG_ARGISNULL(2))
 		fm_null_argument("amounts");
 	meters = fm_arg_text_array(fcinfo, 1, "meters", &n, false);
-	if (n == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("meters must not be empty")));
-	if (n > FM_MAX_METERS_PER_CONSUME)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("too many meters in one consume: %d", n),
-				 errdetail("One consume names at most %d meters.", FM_MAX_METERS_PER_CONSUME)));
-
+	fm_check_consume_meters(meters, n);
 	amounts = fm_arg_amount_array(fcinfo, 2, n, false);
 	items = palloc0(sizeof(ConsumeItem) * n);
 	for (i = 0; i < n; i++)
-		items[i].amount = amounts[i];
-	for (i = 0; i < n; i++)
 	{
-		fm_check_meter_name(meters[i]);
-		for (j = 0; j < i; j++)
-			if (strcmp(meters[i], meters[j]) == 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("meter \"%s\" is listed twice", meters[i]),
-						 errhint("Add the amounts up into one element.")));
 		items[i].meter = meters[i];
+		items[i].amount = amounts[i];
 	}
 
-	decisions = consume_items(tenant, items, n, key);
+	decisions = fm_consume_items(tenant, items, n, key, &ndecisions);
 
 	InitMaterializedSRF(fcinfo, 0);
-	for (i = 0; i < n; i++)
+	for (i = 0; i < ndecisions; i++)
 		tuplestore_puttuple(rsinfo->setResult,
 							fm_decision_tuple(rsinfo->setDesc, &decisions[i]));
 	return (Datum) 0;

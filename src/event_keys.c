@@ -91,7 +91,7 @@ spi_text_copy(HeapTuple row, TupleDesc desc, int col)
 }
 
 FmDecision *
-fm_replayed_decisions(const char *tenant, const char *key)
+fm_replayed_decisions(const char *tenant, const char *key, int *n)
 {
 	Datum		args[2];
 	FmDecision *out;
@@ -113,6 +113,7 @@ fm_replayed_decisions(const char *tenant, const char *key)
 				 errdetail("A key names one event; consume cannot reuse a key of track.")));
 
 	/* SPI_palloc: the results must outlive SPI_finish */
+	*n = (int) SPI_processed;
 	out = SPI_palloc(sizeof(FmDecision) * SPI_processed);
 	for (i = 0; i < SPI_processed; i++)
 	{

@@ -26,9 +26,10 @@ extern bool fm_claim_key(const char *tenant, const char *key, int seq,
 
 /*
  * The decisions remembered for a consume's key, in seq order, in memory
- * that outlives SPI; NULL when the key has none.  A key recorded by track
- * is an error (23505).
+ * that outlives SPI, and their number in *n (the meters of the call that
+ * recorded the key, whatever a retry names); NULL when the key has none.
+ * A key recorded by track is an error (23505).
  */
-extern FmDecision *fm_replayed_decisions(const char *tenant, const char *key);
+extern FmDecision *fm_replayed_decisions(const char *tenant, const char *key, int *n);
 
 #endif							/* FLAGMETER_EVENT_KEYS_H */

@@ -183,27 +183,13 @@ period_list_add(PeriodList *l, BatchGroupEntry *group, Datum tenant, Datum meter
 static void
 batch_from_args(FunctionCallInfo fcinfo, TrackBatch *b)
 {
-	int			n2;
 	int			i;
 
 	memset(b, 0, sizeof(*b));
 	b->now = GetCurrentTransactionStartTimestamp();
-	if (PG_ARGISNULL(0))
-		fm_null_argument("tenants");
-	if (PG_ARGISNULL(1))
-		fm_null_argument("meters");
-	if (PG_ARGISNULL(2))
-		fm_null_argument("amounts");
-	b->tenants = fm_arg_text_array(fcinfo, 0, "tenants", &b->n, false);
-	b->meters = fm_arg_text_array(fcinfo, 1, "meters", &n2, false);
-	fm_check_array_length("meters", n2, b->n);
-	b->amounts = fm_arg_amount_array(fcinfo, 2, b->n, true);
+	b->n = fm_arg_batch_rows(fcinfo, &b->tenants, &b->meters, &b->amounts, true);
 	b->occurred = fm_arg_timestamp_array(fcinfo, 3, "occurred_at", b->n, b->now);
-	if (!PG_ARGISNULL(4))
-	{
-		b->keys = fm_arg_text_array(fcinfo, 4, "idempotency_keys", &n2, true);
-		fm_check_array_length("idempotency_keys", n2, b->n);
-	}
+	b->keys = fm_arg_key_array(fcinfo, 4, b->n);
 	for (i = 0; i < b->n; i++)
 	{
 		fm_check_tenant(b->tenants[i]);
@@ -480,4 +466,29 @@ fm_track_batch(PG_FUNCTION_ARGS)
 		PG_RETURN_INT64(0);
 	track_events(&b);
 	PG_RETURN_INT64(b.ncounted);
+}
+
+/*
+ * track_events(tenants[], meters[], amounts[], occurred_at[], keys[]) -> boolean[]
+ *
+ * track_batch with one answer per event, as track gives it: element i is
+ * false when event i's key was recorded before (or earlier in the call).
+ * What a client that groups concurrent track calls into one transaction
+ * needs to answer each of its callers.
+ */
+PG_FUNCTION_INFO_V1(fm_track_events);
+Datum
+fm_track_events(PG_FUNCTION_ARGS)
+{
+	TrackBatch	b;
+	Datum	   *counted;
+	int			i;
+
+	batch_from_args(fcinfo, &b);
+	if (b.n > 0)
+		track_events(&b);
+	counted = palloc(sizeof(Datum) * Max(b.n, 1));
+	for (i = 0; i < b.n; i++)
+		counted[i] = BoolGetDatum(b.counted[i]);
+	PG_RETURN_ARRAYTYPE_P(construct_array(counted, b.n, BOOLOID, 1, true, TYPALIGN_CHAR));
 }

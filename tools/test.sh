@@ -24,6 +24,8 @@
 # cluster over TCP (see run_host_suites, where more such suites go):
 #   sqlsmith   tools/sqlsmith.sh 2000 against this cluster; one test, failed
 #              when the server log shows a crash
+#   node       the Node.js client's node:test suite (clients/node, `npm test`)
+#              against this cluster; one test
 #
 # Each suite is its own `make installcheck` (the other two switched off on the
 # command line: REGRESS= / ISOLATION= / TAP_TESTS=), because a single
@@ -168,6 +170,25 @@ run_check() {
 	fi
 }
 
+# run_node_client: the Node.js client's suite (clients/node, node:test) on
+# this machine, whatever the server's version, as the unprivileged user,
+# a client of the cluster over TCP (PGHOST, PGPORT, PGUSER as
+# run_host_check sets them).  `npm ci` (from the npm
+# registry, into the copy) only when node_modules is missing, as in a fresh
+# clone; npm's cache lives in the temp dir.
+run_node_client() {
+	local dir=$FM_SRC/clients/node as=()
+	if ((EUID == 0)); then
+		as=("$(command -v runuser || echo /usr/sbin/runuser)" -u "$FM_OS_USER" --)
+	fi
+	if [[ ! -d $dir/node_modules ]]; then
+		"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
+			bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$dir" || return 1
+	fi
+	"${as[@]}" env HOME="$FM_TMP" PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" \
+		bash -c 'cd "$1" && npm test' _ "$dir"
+}
+
 # has_files GLOB: true if the glob matches at least one file.
 has_files() { compgen -G "$1" >/dev/null; }
 
@@ -183,17 +204,19 @@ run_host_check() {
 }
 
 # run_host_suites: the suites that run on this machine against the cluster,
-# the same way for every PostgreSQL version.  Another one is a few lines,
-# for example
-#	if has_files "$FM_SRC/clients/node/package.json"; then
-#		run_host_check node npm --prefix "$FM_SRC/clients/node" test
-#	fi
+# the same way for every PostgreSQL version.
 run_host_suites() {
 	if has_files "$FM_SRC/tools/sqlsmith.sh"; then
 		run_host_check sqlsmith FM_SQLSMITH_SERVER_LOG="$FM_TMP/server.log" \
 			bash "$FM_SRC/tools/sqlsmith.sh" 2000
 	else
 		fm_log "suite sqlsmith: no tools/sqlsmith.sh, skipped"
+	fi
+	if has_files "$FM_SRC/clients/node/package.json"; then
+		# run_host_check's connection, for a function rather than a command
+		PGHOST=127.0.0.1 PGPORT=$FM_PORT PGUSER=$FM_PG_ROLE run_check node run_node_client
+	else
+		fm_log "suite node: no clients/node, skipped"
 	fi
 }
 

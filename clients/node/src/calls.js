@@ -1,0 +1,107 @@
+'use strict'
+// The calls as the app makes them, turned into the statements of src/sql:
+// grouped (one group = one statement = one transaction) or single (inside
+// the app's own transaction).  Arguments are checked here, before a call
+// can join a group: a bad call fails alone instead of failing its group.
+
+const { checkAmount } = require('./numbers')
+const { trackEvents } = require('./sql/trackEvents')
+const { consumeBatch } = require('./sql/consumeBatch')
+
+function checkName (value, what) {
+  if (typeof value !== 'string' || value.length === 0) {
+    throw new TypeError(`${what} must be a non-empty string`)
+  }
+  return value
+}
+
+function checkKey (key) {
+  if (key === undefined || key === null) return null
+  return checkName(key, 'key')
+}
+
+function checkDate (value) {
+  if (value === undefined || value === null) return null
+  if (!(value instanceof Date) || Number.isNaN(value.getTime())) {
+    throw new TypeError('occurredAt must be a valid Date')
+  }
+  return value
+}
+
+/** A track call, checked: { tenant, meter, amount, occurredAt, key }. */
+function trackCall (tenant, meter, amount = 1, options = {}) {
+  return {
+    tenant: checkName(tenant, 'tenant'),
+    meter: checkName(meter, 'meter'),
+    amount: checkAmount(amount, 'amount', false),
+    occurredAt: checkDate(options.occurredAt),
+    key: checkKey(options.key)
+  }
+}
+
+/** A consume call, checked: { tenant, meters, amounts, key, multi }. */
+function consumeCall (tenant, meter, amount = 1, options = {}) {
+  checkName(tenant, 'tenant')
+  const multi = Array.isArray(meter)
+  const meters = multi ? meter : [meter]
+  const amounts = multi ? amount : [amount]
+  if (!Array.isArray(amounts) || amounts.length !== meters.length) {
+    throw new TypeError('consume of several meters takes an array of as many amounts')
+  }
+  if (meters.length === 0) throw new RangeError('meters must not be empty')
+  meters.forEach((m) => checkName(m, 'meter'))
+  amounts.forEach((a) => checkAmount(a, 'amount', true))
+  if (new Set(meters).size !== meters.length) throw new RangeError('a meter is listed twice')
+  return { tenant, meters, amounts, key: checkKey(options.key), multi }
+}
+
+/** A row of consume, consume_batch or check as a Decision. */
+function decision (row) {
+  return {
+    granted: row.granted,
+    used: row.used,
+    quota: row.quota,
+    remaining: row.remaining,
+    resetsAt: row.resets_at,
+    overage: row.overage,
+    meter: row.meter
+  }
+}
+
+function allNull (values) {
+  return values.every((v) => v === null)
+}
+
+/** Run a group of track calls; one { counted } per call. */
+async function runTrackGroup (db, calls) {
+  const occurred = calls.map((c) => c.occurredAt)
+  const keys = calls.map((c) => c.key)
+  const counted = await trackEvents(db,
+    calls.map((c) => c.tenant), calls.map((c) => c.meter), calls.map((c) => c.amount),
+    allNull(occurred) ? null : occurred, allNull(keys) ? null : keys)
+  return counted.map((c) => ({ counted: c }))
+}
+
+/** Run a group of consume calls; one Decision (or Decision[]) per call. */
+async function runConsumeGroup (db, calls) {
+  const tenants = []
+  const meters = []
+  const amounts = []
+  const keys = []
+  const items = []
+  calls.forEach((c, i) => {
+    c.meters.forEach((m, j) => {
+      tenants.push(c.tenant)
+      meters.push(m)
+      amounts.push(c.amounts[j])
+      keys.push(c.key)
+      items.push(i + 1)
+    })
+  })
+  const rows = await consumeBatch(db, tenants, meters, amounts, allNull(keys) ? null : keys, items)
+  const byItem = calls.map(() => [])
+  for (const row of rows) byItem[row.item - 1].push(decision(row))
+  return calls.map((c, i) => (c.multi ? byItem[i] : byItem[i][0]))
+}
+
+module.exports = { trackCall, consumeCall, decision, runTrackGroup, runConsumeGroup, checkName, checkAmount }

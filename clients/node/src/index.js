@@ -1,0 +1,6 @@
+'use strict'
+// The package's exports, nothing else (types: src/index.d.ts).
+const { FlagMeter, Transaction } = require('./flagmeter')
+const { FlagMeterClosedError } = require('./errors')
+
+module.exports = { FlagMeter, Transaction, FlagMeterClosedError }

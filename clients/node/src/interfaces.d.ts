@@ -1,0 +1,216 @@
+// Every public type of the flagmeter client, in one place.
+import type { EventEmitter } from 'node:events'
+import type { Pool, ClientBase, PoolConfig, ClientConfig } from 'pg'
+
+/**
+ * A bigint of PostgreSQL (an amount, a usage figure, a quota, a version):
+ * a number while it is a safe integer (|n| <= 2^53 - 1), a BigInt beyond.
+ * Never a string.
+ */
+export type Int = number | bigint
+
+export interface FlagMeterOptions {
+  /** The request path: the app's own pg Pool (close() does not end it). */
+  pool?: Pool
+  /** Or a connection string for a Pool the client creates (and ends on close()). */
+  connectionString?: string
+  /** Or pg Pool options for a Pool the client creates (and ends on close()). */
+  connection?: PoolConfig
+  /** Size of the Pool the client creates. Default 20. */
+  poolSize?: number
+  /**
+   * The LISTEN session: a connection string or pg Client options, directly to
+   * the primary (not through a transaction-mode pooler: LISTEN belongs to one
+   * server session). Default: the connection options above; required to get
+   * events and a cache when `pool` is given. `false`: no events, no cache.
+   */
+  listen?: string | ClientConfig | false
+  /** Groups of calls running at once, per kind (track, consume), each on one pool connection. Default 2. */
+  maxInFlight?: number
+  /** Most calls in one group (one server call, one transaction). Default 500. */
+  maxGroup?: number
+  /** Backoff of LISTEN reconnects: doubles from initialDelayMs up to maxDelayMs, with jitter. */
+  reconnect?: { initialDelayMs?: number; maxDelayMs?: number }
+}
+
+export interface TrackOptions {
+  /** When the usage happened (default: the server's now()). */
+  occurredAt?: Date
+  /** Idempotency key (1 to 256 bytes, unique per tenant): a retry is not counted twice. */
+  key?: string
+}
+
+export interface ConsumeOptions {
+  /** Idempotency key: a retry returns the first decision and records nothing. */
+  key?: string
+}
+
+export interface TrackResult {
+  /** false when the key was already recorded (a duplicate). */
+  counted: boolean
+}
+
+/** flagmeter.decision, with camelCase names. */
+export interface Decision {
+  granted: boolean
+  /** Usage of the current period: after recording when granted, unchanged when denied. */
+  used: Int
+  /** The limit in force; null when unlimited. */
+  quota: Int | null
+  /** quota - used, never below 0; null when unlimited. */
+  remaining: Int | null
+  /** End of the current period; null for lifetime limits. */
+  resetsAt: Date | null
+  /** used - quota when above the quota, else 0; null when unlimited. */
+  overage: Int | null
+  meter: string
+}
+
+/** The limit in force for a tenant and meter (flagmeter.effective_limits). */
+export interface Limit {
+  tenant: string
+  meter: string
+  aggregation: 'sum' | 'count' | 'max' | 'latest'
+  quota: Int
+  period: 'hour' | 'day' | 'week' | 'month' | 'year' | 'lifetime'
+  mode: 'hard' | 'soft'
+  thresholds: number[]
+  plan: string
+  anchor: Date
+  timezone: string
+}
+
+interface QuotaEventBase {
+  /** The outbox version: events arrive once each, in increasing version (commit) order. */
+  version: Int
+  /** 'notification': from the NOTIFY payload; 'outbox': replayed by changes_since. */
+  source: 'notification' | 'outbox'
+}
+
+export interface ThresholdEvent extends QuotaEventBase {
+  kind: 'threshold'
+  tenant: string
+  meter: string
+  /** null for a lifetime period */
+  periodStart: Date | null
+  /** percent of the quota */
+  threshold: number
+  used: Int
+  quota: Int
+}
+
+export interface BlockedEvent extends QuotaEventBase {
+  kind: 'blocked'
+  tenant: string
+  meter: string
+  periodStart: Date | null
+  used: Int
+  quota: Int
+}
+
+export interface UnblockedEvent extends QuotaEventBase {
+  kind: 'unblocked'
+  tenant: string
+  meter: string
+  periodStart: Date | null
+  used?: Int
+  /** absent when the limit is gone */
+  quota?: Int
+}
+
+export interface LimitChangedEvent extends QuotaEventBase {
+  kind: 'limit_changed'
+  meter: string
+  /** set_limit: the plan */
+  plan?: string
+  /** override_limit / drop_override: the tenant */
+  tenant?: string
+}
+
+export interface PlanChangedEvent extends QuotaEventBase {
+  kind: 'plan_changed'
+  tenant: string
+  plan: string
+}
+
+export type QuotaEvent = ThresholdEvent | BlockedEvent | UnblockedEvent | LimitChangedEvent | PlanChangedEvent
+
+/** Rows of an app table changed (no version; not kept in the outbox). */
+export interface InvalidateEvent {
+  kind: 'invalidate'
+  /** schema-qualified table name; absent after a reconnect */
+  table?: string
+  ops?: Array<'insert' | 'update' | 'delete' | 'truncate'>
+  /** key column -> value as text */
+  keys?: Array<Record<string, string | null>>
+  /** drop every cached row (of the table, or of every table after a reconnect) */
+  all?: boolean
+  /** 'reconnect': invalidations sent while the instance was away are lost */
+  reason?: 'reconnect'
+}
+
+export interface FlagMeterEvents {
+  threshold: [ThresholdEvent]
+  blocked: [BlockedEvent]
+  unblocked: [UnblockedEvent]
+  limit_changed: [LimitChangedEvent]
+  plan_changed: [PlanChangedEvent]
+  invalidate: [InvalidateEvent]
+  /** errors of the LISTEN session (it reconnects by itself) */
+  error: [Error]
+}
+
+export interface FlagMeterStats {
+  track: { calls: number; groups: number }
+  consume: { calls: number; groups: number }
+  reconnects: number
+}
+
+/** Unbatched calls inside one transaction; they roll back with it. */
+export declare class Transaction {
+  readonly client: ClientBase
+  track (tenant: string, meter: string, amount?: Int, options?: TrackOptions): Promise<TrackResult>
+  consume (tenant: string, meter: string, amount?: Int, options?: ConsumeOptions): Promise<Decision>
+  consume (tenant: string, meters: string[], amounts: Int[], options?: ConsumeOptions): Promise<Decision[]>
+  check (tenant: string, meter: string, amount?: Int): Promise<Decision>
+}
+
+export declare class FlagMeter extends EventEmitter {
+  constructor (options: FlagMeterOptions)
+  /** The request path's pool. */
+  readonly pool: Pool
+  /** Version of the last quota event applied; null before the first snapshot. */
+  readonly version: Int | null
+  /** Backend pid of the LISTEN session; null while disconnected. */
+  readonly listenerPid: number | null
+  /** Resolves once the cache holds its first snapshot; rejects if closed first. */
+  ready (): Promise<void>
+  /** Records usage; resolves once the event is durably committed. Grouped with concurrent calls. */
+  track (tenant: string, meter: string, amount?: Int, options?: TrackOptions): Promise<TrackResult>
+  /** Check-and-record against the limit, atomically; grouped with concurrent calls. */
+  consume (tenant: string, meter: string, amount?: Int, options?: ConsumeOptions): Promise<Decision>
+  /** All or nothing across several meters. */
+  consume (tenant: string, meters: string[], amounts: Int[], options?: ConsumeOptions): Promise<Decision[]>
+  /** The exact decision for `amount` more, recording nothing (a database read). */
+  check (tenant: string, meter: string, amount?: Int): Promise<Decision>
+  /** From the local cache, no round trip; an entry expires at its period's end. */
+  isBlocked (tenant: string, meter: string): boolean
+  /** From the local cache: the limit in force, undefined when unlimited. */
+  limit (tenant: string, meter: string): Limit | undefined
+  /** fn(tx) in one transaction on a pool connection: commit on return, rollback on throw. */
+  transaction<T> (fn: (tx: Transaction) => Promise<T>): Promise<T>
+  /** fn(tx) on the caller's own client, inside the transaction the caller manages. */
+  transaction<T> (client: ClientBase, fn: (tx: Transaction) => Promise<T>): Promise<T>
+  stats (): FlagMeterStats
+  /** Flushes pending calls, then ends the LISTEN session and the pool it created. */
+  close (): Promise<void>
+
+  on<K extends keyof FlagMeterEvents> (event: K, listener: (...args: FlagMeterEvents[K]) => void): this
+  once<K extends keyof FlagMeterEvents> (event: K, listener: (...args: FlagMeterEvents[K]) => void): this
+  off<K extends keyof FlagMeterEvents> (event: K, listener: (...args: FlagMeterEvents[K]) => void): this
+}
+
+/** Calls made after close() began reject with it; err.code is 'FLAGMETER_CLOSED'. */
+export declare class FlagMeterClosedError extends Error {
+  readonly code: 'FLAGMETER_CLOSED'
+}

@@ -1,0 +1,54 @@
+'use strict'
+// Quota events as the app receives them, the same shape whether they came
+// in a notification payload (JSON) or from the outbox (changes_since):
+// camelCase fields, absent when they do not apply, numbers by the number
+// rule (src/numbers.js), periodStart a Date or null for a lifetime period.
+
+const { toInt } = require('./numbers')
+
+const QUOTA_KINDS = new Set(['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed'])
+
+// What each kind carries when its payload is whole (README, "What is
+// announced"); a payload shrunk to fit 1 kB lacks some, and is then read
+// from the outbox instead.
+const REQUIRED = {
+  threshold: ['tenant', 'meter', 'period_start', 'threshold', 'used', 'quota'],
+  blocked: ['tenant', 'meter', 'period_start', 'used', 'quota'],
+  unblocked: ['tenant', 'meter', 'period_start'],
+  limit_changed: ['meter'],
+  plan_changed: ['tenant', 'plan']
+}
+
+function periodStart (value) {
+  if (value instanceof Date) return value
+  if (typeof value === 'string' && value !== '-infinity') return new Date(value)
+  return null // -infinity: a lifetime period
+}
+
+function int (value) {
+  if (typeof value === 'bigint' || typeof value === 'number') {
+    return typeof value === 'bigint' && value >= BigInt(Number.MIN_SAFE_INTEGER) &&
+      value <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(value) : value
+  }
+  return toInt(value)
+}
+
+/** A payload event or an outbox row as a QuotaEvent; source says which. */
+function quotaEvent (raw, source) {
+  const e = { kind: raw.kind, version: int(raw.version) }
+  for (const f of ['tenant', 'meter', 'plan']) if (raw[f] != null) e[f] = raw[f]
+  if (raw.period_start !== undefined && raw.period_start !== null) e.periodStart = periodStart(raw.period_start)
+  if (raw.threshold != null) e.threshold = Number(raw.threshold)
+  if (raw.used != null) e.used = int(raw.used)
+  if (raw.quota != null) e.quota = int(raw.quota)
+  e.source = source
+  return e
+}
+
+/** Whether a payload event carries every field of its kind. */
+function isWhole (raw) {
+  const required = REQUIRED[raw.kind]
+  return required !== undefined && required.every((f) => raw[f] !== undefined)
+}
+
+module.exports = { quotaEvent, isWhole, QUOTA_KINDS }

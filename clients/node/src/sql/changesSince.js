@@ -1,0 +1,14 @@
+'use strict'
+// The quota events committed after a version, in version (= commit) order:
+// the catch-up after a gap, a resync hint or a reconnect.
+const { types } = require('../numbers')
+
+const text = 'SELECT version, kind, tenant, meter, plan, period_start, threshold, used, quota' +
+  ' FROM flagmeter.changes_since($1::bigint)'
+
+async function changesSince (db, version) {
+  const { rows } = await db.query({ text, values: [String(version)], types })
+  return rows
+}
+
+module.exports = { changesSince }

@@ -1,0 +1,16 @@
+'use strict'
+// One group of consume calls: one statement (one transaction).  Row i of
+// the arrays is one meter of item items[i]; the server decides the items
+// in order, each exactly as consume, and returns one decision per row in
+// argument order.
+const { types } = require('../numbers')
+
+const text = 'SELECT item, granted, used, quota, remaining, resets_at, overage, meter' +
+  ' FROM flagmeter.consume_batch($1::text[], $2::text[], $3::bigint[], $4::text[], $5::int[])'
+
+async function consumeBatch (db, tenants, meters, amounts, keys, items) {
+  const { rows } = await db.query({ text, values: [tenants, meters, amounts, keys, items], types })
+  return rows
+}
+
+module.exports = { consumeBatch }

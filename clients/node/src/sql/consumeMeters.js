@@ -1,0 +1,14 @@
+'use strict'
+// consume across several meters, all or nothing, inside the caller's
+// transaction: one decision per meter in argument order.
+const { types } = require('../numbers')
+
+const text = 'SELECT granted, used, quota, remaining, resets_at, overage, meter' +
+  ' FROM flagmeter.consume($1, $2::text[], $3::bigint[], $4)'
+
+async function consumeMeters (db, tenant, meters, amounts, key) {
+  const { rows } = await db.query({ text, values: [tenant, meters, amounts, key], types })
+  return rows
+}
+
+module.exports = { consumeMeters }

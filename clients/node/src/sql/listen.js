@@ -1,0 +1,8 @@
+'use strict'
+// Step 1 of the client protocol (README, "The client protocol"): on the
+// listener's own session, before anything is read.
+async function listen (db) {
+  await db.query('LISTEN flagmeter')
+}
+
+module.exports = { listen }

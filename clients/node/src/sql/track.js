@@ -1,0 +1,12 @@
+'use strict'
+// track inside the caller's transaction: unbatched, rolled back with it.
+const { types } = require('../numbers')
+
+const text = 'SELECT flagmeter.track($1, $2, $3::bigint, COALESCE($4::timestamptz, now()), $5) AS counted'
+
+async function track (db, tenant, meter, amount, occurredAt, key) {
+  const { rows } = await db.query({ text, values: [tenant, meter, amount, occurredAt, key], types })
+  return rows[0].counted
+}
+
+module.exports = { track }

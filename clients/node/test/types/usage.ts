@@ -1,0 +1,29 @@
+// Compiled by test/types.test.js with tsc --noEmit: the declarations must
+// describe the API as a TypeScript app uses it (and reject misuse below).
+import { FlagMeter, FlagMeterClosedError, type Decision, type Int, type ThresholdEvent } from 'flagmeter'
+import { Client, Pool } from 'pg'
+
+async function main (): Promise<void> {
+  const fm = new FlagMeter({ pool: new Pool(), listen: 'postgres://localhost/app', maxInFlight: 4, maxGroup: 500 })
+  const { counted }: { counted: boolean } = await fm.track('acme', 'api_calls', 1, { key: 'k', occurredAt: new Date() })
+  const d: Decision = await fm.consume('acme', 'api_calls', 1n, { key: 'r' })
+  const ds: Decision[] = await fm.consume('acme', ['api_calls', 'tokens'], [1, 800])
+  const used: Int = d.used
+  const resets: Date | null = ds[0].resetsAt
+  const blocked: boolean = fm.isBlocked('acme', 'api_calls')
+  fm.on('threshold', (e: ThresholdEvent) => { const p: number = e.threshold; void p })
+  fm.on('blocked', (e) => { const t: string = e.tenant; void t })
+  fm.on('invalidate', (e) => { void e.all })
+  const n: number = await fm.transaction(async (tx) => { await tx.track('acme', 'api_calls'); return 1 })
+  const own = new Client()
+  const ok: boolean = await fm.transaction(own, async (tx) => (await tx.consume('acme', 'api_calls')).granted)
+  await fm.close()
+  const err = new FlagMeterClosedError()
+  const code: 'FLAGMETER_CLOSED' = err.code
+  void counted; void used; void resets; void blocked; void n; void ok; void code
+  // @ts-expect-error: amounts are numbers or BigInts, not strings
+  await fm.track('acme', 'api_calls', '1')
+  // @ts-expect-error: not an event kind
+  fm.on('blocked_soon', () => {})
+}
+void main
