@@ -184,14 +184,12 @@ fm_consume_batch(PG_FUNCTION_ARGS)
 									 keys ? keys[item->first] : NULL, &ndecisions);
 		for (i = 0; i < ndecisions; i++)
 		{
-			Datum		values[FM_DECISION_FIELDS + 2];
-			bool		nulls[FM_DECISION_FIELDS + 2];
+			Datum		values[FM_DECISION_COLUMNS + 1];
+			bool		nulls[FM_DECISION_COLUMNS + 1];
 
 			values[0] = Int32GetDatum(item->id);
 			nulls[0] = false;
-			fm_decision_values(&decisions[i], values + 1, nulls + 1);
-			values[FM_DECISION_FIELDS + 1] = CStringGetTextDatum(decisions[i].meter);
-			nulls[FM_DECISION_FIELDS + 1] = false;
+			fm_decision_columns(&decisions[i], values + 1, nulls + 1);
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 		}
 		pfree(citems);

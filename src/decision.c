@@ -202,13 +202,11 @@ fm_decision_desc(FunctionCallInfo fcinfo)
 	return desc;
 }
 
-HeapTuple
-fm_decision_tuple(TupleDesc desc, const FmDecision *d)
+void
+fm_decision_columns(const FmDecision *d, Datum *values, bool *nulls)
 {
 	Datum		fields[FM_DECISION_FIELDS];
 	bool		field_nulls[FM_DECISION_FIELDS];
-	Datum		values[FM_DECISION_FIELDS + 1];
-	bool		nulls[FM_DECISION_FIELDS + 1];
 
 	/* the type's order: granted .. overage, meter, reason */
 	fm_decision_values(d, fields, field_nulls);
@@ -218,5 +216,14 @@ fm_decision_tuple(TupleDesc desc, const FmDecision *d)
 	nulls[6] = false;
 	values[7] = fields[6];
 	nulls[7] = field_nulls[6];
+}
+
+HeapTuple
+fm_decision_tuple(TupleDesc desc, const FmDecision *d)
+{
+	Datum		values[FM_DECISION_COLUMNS];
+	bool		nulls[FM_DECISION_COLUMNS];
+
+	fm_decision_columns(d, values, nulls);
 	return heap_form_tuple(desc, values, nulls);
 }

@@ -87,6 +87,10 @@ extern void fm_decision_values(const FmDecision *d, Datum *values, bool *nulls);
 extern void fm_decision_from_row(HeapTuple row, TupleDesc desc, int first,
 								 FmDecision *d);
 
+/* The columns of flagmeter.decision: the fields with meter before reason. */
+#define FM_DECISION_COLUMNS (FM_DECISION_FIELDS + 1)
+extern void fm_decision_columns(const FmDecision *d, Datum *values, bool *nulls);
+
 /* The blessed descriptor of flagmeter.decision, cached at the call site. */
 extern TupleDesc fm_decision_desc(FunctionCallInfo fcinfo);
 extern HeapTuple fm_decision_tuple(TupleDesc desc, const FmDecision *d);

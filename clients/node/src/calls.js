@@ -64,7 +64,8 @@ function decision (row) {
     remaining: row.remaining,
     resetsAt: row.resets_at,
     overage: row.overage,
-    meter: row.meter
+    meter: row.meter,
+    reason: row.reason
   }
 }
 

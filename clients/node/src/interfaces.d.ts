@@ -64,7 +64,17 @@ export interface Decision {
   /** used - quota when above the quota, else 0; null when unlimited. */
   overage: Int | null
   meter: string
+  /** Why: see DecisionReason. */
+  reason: DecisionReason
 }
+
+/** flagmeter.decision.reason (README, "Decision"). */
+export type DecisionReason =
+  | 'ok'
+  | 'over_soft_limit'
+  | 'unlimited'
+  | 'quota_exceeded'
+  | 'other_meter_refused'
 
 /** The limit in force for a tenant and meter (flagmeter.effective_limits). */
 export interface Limit {
