@@ -19,7 +19,10 @@
  *   outbox versions drawn under it are therefore in commit order, and a
  *   client resyncing from version V misses nothing.  Only transactions that
  *   queued a quota event take it; the hot path (track below every
- *   threshold) queues nothing.
+ *   threshold) queues nothing.  Under the same lock the greatest version
+ *   committed before is read, and every notification carries it
+ *   (prev_version): an instance whose last version is lower missed
+ *   something (a notification skipped under backpressure) and replays.
  *
  * - "Once per threshold per tenant, meter and period" is the outbox's
  *   partial unique index; "blocked" is a row in flagmeter.blocked.  A
@@ -31,7 +34,8 @@
  *   nothing is sent (a full queue would fail the commit): outbox rows are
  *   kept with notified = false and skipped invalidations are logged in
  *   flagmeter.notification_skips; maintain() sends one "resync" hint once
- *   the queue has drained.
+ *   the queue has drained.  An instance that received a later
+ *   notification meanwhile sees the gap from its prev_version.
  */
 #include "postgres.h"
 
@@ -142,6 +146,12 @@ static FmStatement insert_threshold_stmt = {
 	"         $1, $2, $3, $4, $5, $6, $7)"
 	" RETURNING version",
 	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT4OID, INT8OID, INT8OID, BOOLOID}
+};
+
+/* The greatest version recorded before this commit's (0: none). */
+static FmStatement latest_version_stmt = {
+	"SELECT COALESCE(pg_catalog.max(version), 0) FROM flagmeter.outbox",
+	0, {InvalidOid}
 };
 
 /* Is the tenant recorded as blocked in the period? (for queueing) */
@@ -458,12 +468,18 @@ append_timestamp(StringInfo buf, const char *name, TimestampTz ts)
 	escape_json(buf, text);
 }
 
-/* The JSON object of one announced event. */
+/*
+ * The JSON object of one announced event.  prev_version >= 0 adds it (a
+ * notification of its own); the events of a batch leave it to the batch.
+ */
 static void
-append_event_json(StringInfo buf, const FmQuotaEvent *e, int64 version, bool brief)
+append_event_json(StringInfo buf, const FmQuotaEvent *e, int64 version,
+				  int64 prev_version, bool brief)
 {
 	appendStringInfo(buf, "{\"kind\":\"%s\",\"version\":" INT64_FORMAT,
 					 kind_names[e->kind], version);
+	if (prev_version >= 0)
+		appendStringInfo(buf, ",\"prev_version\":" INT64_FORMAT, prev_version);
 	if (e->tenant)
 	{
 		appendStringInfoString(buf, ",\"tenant\":");
@@ -582,17 +598,20 @@ record_event(const FmQuotaEvent *e, bool notified)
 /*
  * Quota events: record them in the outbox in commit order and announce
  * them in one notification (one event, or a batch, or only the version
- * range when the batch would not fit).
+ * range when the batch would not fit), with the version recorded before
+ * them (prev_version; see above).
  */
 static void
 commit_quota_events(bool room)
 {
 	StringInfoData events_json;
+	StringInfoData payload;
 	const FmQuotaEvent *single = NULL;
-	int64		single_version = 0;
+	int64		prev_version;
 	int64		first_version = 0;
 	int64		last_version = 0;
 	int			announced = 0;
+	bool		isnull;
 	ListCell   *lc;
 
 	/* the lock PreCommit_Notify takes anyway, taken earlier: see above */
@@ -602,6 +621,9 @@ commit_quota_events(bool room)
 	/* portals are closed at pre-commit: SPI needs a snapshot of its own */
 	PushActiveSnapshot(GetTransactionSnapshot());
 	SPI_connect();
+	fm_execute_latest(&latest_version_stmt, NULL, NULL, 1);
+	prev_version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											   SPI_tuptable->tupdesc, 1, &isnull));
 	foreach(lc, pending_events)
 	{
 		PendingEvent *p = lfirst(lc);
@@ -622,12 +644,11 @@ commit_quota_events(bool room)
 		{
 			first_version = version;
 			single = &p->event;
-			single_version = version;
 		}
 		else
 			appendStringInfoChar(&events_json, ',');
 		last_version = version;
-		append_event_json(&events_json, &p->event, version, false);
+		append_event_json(&events_json, &p->event, version, -1, false);
 	}
 	SPI_finish();
 	PopActiveSnapshot();
@@ -635,44 +656,42 @@ commit_quota_events(bool room)
 	if (announced == 0 || !room)
 		return;
 
+	initStringInfo(&payload);
 	if (announced == 1)
 	{
-		StringInfoData payload;
-
-		initStringInfo(&payload);
-		append_event_json(&payload, single, single_version, false);
+		append_event_json(&payload, single, first_version, prev_version, false);
 		if (payload.len > FM_PAYLOAD_MAX_BYTES)
 		{
 			resetStringInfo(&payload);
-			append_event_json(&payload, single, single_version, true);
+			append_event_json(&payload, single, first_version, prev_version, true);
 		}
 		if (payload.len > FM_PAYLOAD_MAX_BYTES)
 		{
 			resetStringInfo(&payload);
-			appendStringInfo(&payload, "{\"kind\":\"%s\",\"version\":" INT64_FORMAT ",\"resync\":true}",
-							 kind_names[single->kind], single_version);
+			appendStringInfo(&payload, "{\"kind\":\"%s\",\"version\":" INT64_FORMAT
+							 ",\"prev_version\":" INT64_FORMAT ",\"resync\":true}",
+							 kind_names[single->kind], first_version, prev_version);
 		}
-		Async_Notify(FM_NOTIFY_CHANNEL, payload.data);
 	}
 	else
 	{
-		StringInfoData payload;
-
-		initStringInfo(&payload);
 		appendStringInfo(&payload,
 						 "{\"kind\":\"batch\",\"from_version\":" INT64_FORMAT
-						 ",\"to_version\":" INT64_FORMAT ",\"count\":%d,\"events\":[%s]}",
-						 first_version, last_version, announced, events_json.data);
+						 ",\"to_version\":" INT64_FORMAT ",\"prev_version\":" INT64_FORMAT
+						 ",\"count\":%d,\"events\":[%s]}",
+						 first_version, last_version, prev_version, announced,
+						 events_json.data);
 		if (payload.len > FM_PAYLOAD_MAX_BYTES)
 		{
 			resetStringInfo(&payload);
 			appendStringInfo(&payload,
 							 "{\"kind\":\"batch\",\"from_version\":" INT64_FORMAT
-							 ",\"to_version\":" INT64_FORMAT ",\"count\":%d,\"resync\":true}",
-							 first_version, last_version, announced);
+							 ",\"to_version\":" INT64_FORMAT ",\"prev_version\":" INT64_FORMAT
+							 ",\"count\":%d,\"resync\":true}",
+							 first_version, last_version, prev_version, announced);
 		}
-		Async_Notify(FM_NOTIFY_CHANNEL, payload.data);
 	}
+	Async_Notify(FM_NOTIFY_CHANNEL, payload.data);
 }
 
 /*

@@ -443,9 +443,11 @@ BEGIN
 	-- A threshold row is what makes a threshold announced once per period:
 	-- it goes only when its period has surely ended (the longest periods
 	-- but lifetime last a year); lifetime thresholds stay.
+	-- Events skipped under backpressure stay until a hint announced them.
 	DELETE FROM flagmeter.outbox o
 	WHERE o.created_at < cutoff
-	  AND (o.kind <> 'threshold' OR o.period_start < cutoff - interval '1 year 1 day');
+	  AND (o.kind <> 'threshold' OR o.period_start < cutoff - interval '1 year 1 day')
+	  AND (o.notified OR o.version <= (SELECT m.resync_sent_through FROM flagmeter.maintenance_state m));
 	DELETE FROM flagmeter.notification_skips k WHERE k.skipped_at < cutoff;
 
 	-- Last, since they hold table locks until the commit that follows.

@@ -110,7 +110,11 @@ COMMENT ON FUNCTION flagmeter.review_blocks(text, text, text) IS
 
 -- After notifications were skipped under backpressure (quota events kept in
 -- the outbox, or invalidations), one hint tells app instances to resync,
--- once the queue has room again.
+-- once the queue has room again: {"kind":"resync","version":S} where S is
+-- the greatest version skipped so far, with "invalidations":true when
+-- invalidations were skipped since the last hint.  An instance whose last
+-- version is below S replays changes_since(its version).  (One that
+-- received a later notification already saw the gap in its prev_version.)
 CREATE FUNCTION flagmeter.send_resync_hint()
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -119,6 +123,7 @@ AS $$
 DECLARE
 	state flagmeter.current_state;
 	skipped_through bigint;
+	invalidations boolean;
 	limit_setting double precision :=
 		COALESCE(current_setting('flagmeter.notify_queue_limit', true)::double precision, 0.5);
 BEGIN
@@ -126,23 +131,23 @@ BEGIN
 	SELECT max(o.version) INTO skipped_through
 	FROM flagmeter.outbox o
 	WHERE NOT o.notified AND o.version > state.resync_sent_through;
-	IF skipped_through IS NULL
-	   AND NOT EXISTS (SELECT FROM flagmeter.notification_skips k
-	                   WHERE k.skipped_at > COALESCE(state.resync_sent_at, '-infinity'))
-	THEN
+	invalidations := EXISTS (SELECT FROM flagmeter.notification_skips k
+	                         WHERE k.skipped_at > COALESCE(state.resync_sent_at, '-infinity'));
+	IF skipped_through IS NULL AND NOT invalidations THEN
 		RETURN false;
 	END IF;
 	IF pg_notification_queue_usage() > limit_setting THEN
 		RETURN false;
 	END IF;
 	skipped_through := COALESCE(skipped_through, state.resync_sent_through);
-	PERFORM pg_notify('flagmeter', format('{"kind":"resync","version":%s}', skipped_through));
+	PERFORM pg_notify('flagmeter', format('{"kind":"resync","version":%s%s}', skipped_through,
+	                                      CASE WHEN invalidations THEN ',"invalidations":true' ELSE '' END));
 	UPDATE flagmeter.maintenance_state
 	SET resync_sent_through = skipped_through, resync_sent_at = now();
 	RETURN true;
 END $$;
 COMMENT ON FUNCTION flagmeter.send_resync_hint() IS
-'sends one "resync" notification when quota events were not announced or invalidations were skipped (backpressure) and the queue has room again';
+'sends one "resync" notification ({"kind":"resync","version":S}, S the greatest skipped version, "invalidations":true when invalidations were skipped) when notifications were skipped under backpressure and the queue has room again';
 
 CREATE FUNCTION flagmeter.changes_since(version bigint)
 RETURNS SETOF flagmeter.outbox
