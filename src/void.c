@@ -346,6 +346,7 @@ void_in_counters(const char *tenant, const VoidItem *item)
 		FmQuotaEvent event;
 
 		memset(&event, 0, sizeof(event));
+		event.nthresholds = -1;
 		event.kind = FM_EVENT_UNBLOCKED;
 		event.tenant = tenant;
 		event.meter = item->meter;

@@ -273,9 +273,8 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-	old_period text;
+	before jsonb;
 	sorted integer[] := flagmeter.check_thresholds(thresholds);
-	t text;
 BEGIN
 	PERFORM flagmeter.check_limit_args(quota, period, mode, thresholds, false);
 	IF plan IS NULL THEN
@@ -287,8 +286,9 @@ BEGIN
 	END IF;
 	PERFORM flagmeter.check_meter_exists(meter);
 
-	SELECT l.period INTO old_period FROM flagmeter.limits l
-	WHERE l.plan = set_limit.plan AND l.meter = set_limit.meter;
+	-- the limit in force for the meter of every tenant of the plan, before
+	SELECT jsonb_object_agg(t.tenant, flagmeter.limit_configs(t.tenant, set_limit.meter))
+	INTO before FROM flagmeter.tenants t WHERE t.plan = set_limit.plan;
 
 	INSERT INTO flagmeter.limits AS l (plan, meter, quota, period, mode, thresholds)
 	VALUES (set_limit.plan, set_limit.meter, set_limit.quota, set_limit.period,
@@ -297,22 +297,10 @@ BEGIN
 		SET quota = EXCLUDED.quota, period = EXCLUDED.period, mode = EXCLUDED.mode,
 		    thresholds = EXCLUDED.thresholds, updated_at = now();
 
-	-- A new period kind moves the current period's boundaries: recount it.
-	IF COALESCE(old_period, 'month') <> period THEN
-		FOR t IN
-			SELECT tn.tenant FROM flagmeter.tenants tn
-			WHERE tn.plan = set_limit.plan
-			  AND NOT EXISTS (SELECT FROM flagmeter.overrides o
-			                  WHERE o.tenant = tn.tenant AND o.meter = set_limit.meter
-			                    AND o.period IS NOT NULL)
-		LOOP
-			PERFORM flagmeter.recount_current_period(t, meter);
-		END LOOP;
-	END IF;
-
-	-- announced at commit; a raised limit may unblock tenants of the plan
-	PERFORM flagmeter.announce('limit_changed', NULL, meter, plan);
-	PERFORM flagmeter.review_blocks(NULL, meter, plan);
+	-- the plan's own limit, then every tenant whose limit in force changed
+	PERFORM flagmeter.announce('limit_changed', NULL, meter, plan, NULL, NULL, quota,
+	                           period, mode, sorted);
+	PERFORM flagmeter.apply_limit_changes(before);
 END $$;
 COMMENT ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) IS
 'sets or replaces the limit of a plan for a meter; applies to the current period at once';
@@ -325,7 +313,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	before jsonb;
-	m text;
 BEGIN
 	PERFORM flagmeter.check_tenant(tenant);
 	IF plan IS NULL THEN
@@ -344,7 +331,7 @@ BEGIN
 	-- raises "time zone ... not recognized" for a bad name
 	PERFORM flagmeter.period_bounds(anchor, 'day', anchor, timezone);
 
-	before := flagmeter.period_configs(tenant);
+	before := jsonb_build_object(tenant, flagmeter.limit_configs(tenant));
 
 	INSERT INTO flagmeter.tenants AS t (tenant, plan, anchor, timezone)
 	VALUES (assign_plan.tenant, assign_plan.plan, assign_plan.anchor, assign_plan.timezone)
@@ -352,14 +339,8 @@ BEGIN
 		SET plan = EXCLUDED.plan, anchor = EXCLUDED.anchor, timezone = EXCLUDED.timezone,
 		    assigned_at = now();
 
-	FOR m IN SELECT key FROM jsonb_each(flagmeter.period_configs(tenant)) n
-	         WHERE n.value IS DISTINCT FROM before -> n.key
-	LOOP
-		PERFORM flagmeter.recount_current_period(tenant, m);
-	END LOOP;
-
 	PERFORM flagmeter.announce('plan_changed', tenant, NULL, plan);
-	PERFORM flagmeter.review_blocks(tenant);
+	PERFORM flagmeter.apply_limit_changes(before);
 END $$;
 COMMENT ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) IS
 'puts a tenant on a plan with its billing anchor and time zone; usage of the current period is recounted when its boundaries move';
@@ -382,7 +363,7 @@ BEGIN
 			HINT = 'Assign a plan first with flagmeter.assign_plan().';
 	END IF;
 
-	before := flagmeter.period_configs(tenant);
+	before := jsonb_build_object(tenant, flagmeter.limit_configs(tenant, meter));
 
 	INSERT INTO flagmeter.overrides AS o (tenant, meter, quota, period, mode, thresholds)
 	VALUES (override_limit.tenant, override_limit.meter, override_limit.quota,
@@ -391,12 +372,7 @@ BEGIN
 		SET quota = EXCLUDED.quota, period = EXCLUDED.period, mode = EXCLUDED.mode,
 		    thresholds = EXCLUDED.thresholds, updated_at = now();
 
-	IF flagmeter.period_configs(tenant) -> meter IS DISTINCT FROM before -> meter THEN
-		PERFORM flagmeter.recount_current_period(tenant, meter);
-	END IF;
-
-	PERFORM flagmeter.announce('limit_changed', tenant, meter);
-	PERFORM flagmeter.review_blocks(tenant, meter);
+	PERFORM flagmeter.apply_limit_changes(before);
 END $$;
 COMMENT ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) IS
 'gives one tenant its own limit for a meter, winning over its plan''s; NULL period, mode or thresholds inherit the plan''s';
@@ -411,17 +387,13 @@ DECLARE
 BEGIN
 	PERFORM flagmeter.check_tenant(tenant);
 	PERFORM flagmeter.check_meter_exists(meter);
-	before := flagmeter.period_configs(tenant);
+	before := jsonb_build_object(tenant, flagmeter.limit_configs(tenant, meter));
 	DELETE FROM flagmeter.overrides o
 	WHERE o.tenant = drop_override.tenant AND o.meter = drop_override.meter;
 	IF NOT FOUND THEN
 		RETURN false;
 	END IF;
-	IF flagmeter.period_configs(tenant) -> meter IS DISTINCT FROM before -> meter THEN
-		PERFORM flagmeter.recount_current_period(tenant, meter);
-	END IF;
-	PERFORM flagmeter.announce('limit_changed', tenant, meter);
-	PERFORM flagmeter.review_blocks(tenant, meter);
+	PERFORM flagmeter.apply_limit_changes(before);
 	RETURN true;
 END $$;
 COMMENT ON FUNCTION flagmeter.drop_override(text, text) IS
@@ -487,16 +459,85 @@ END $$;
 COMMENT ON FUNCTION flagmeter.check_limit_args(bigint, text, text, integer[], boolean) IS
 'validates the arguments of set_limit and override_limit (inherit: NULL period, mode and thresholds allowed)';
 
--- {meter: [period, anchor, timezone]} for every meter: what decides the
--- boundaries of the tenant's periods, compared before and after a change.
-CREATE FUNCTION flagmeter.period_configs(tenant text)
+-- {meter: limit} for every meter, or for one: the limit in force for the
+-- tenant as limit_config() gives it (aggregation, plan, quota, period,
+-- mode, thresholds, anchor, timezone), compared before and after a change.
+CREATE FUNCTION flagmeter.limit_configs(tenant text, meter text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
-SELECT COALESCE(pg_catalog.jsonb_object_agg(m.meter,
-           pg_catalog.jsonb_build_array(c.period, c.anchor, c.timezone)), '{}'::pg_catalog.jsonb)
+SELECT COALESCE(pg_catalog.jsonb_object_agg(m.meter, pg_catalog.to_jsonb(c)), '{}'::pg_catalog.jsonb)
 FROM flagmeter.meters m
 CROSS JOIN LATERAL flagmeter.limit_config($1, m.meter) c
+WHERE $2 IS NULL OR m.meter OPERATOR(pg_catalog.=) $2
 $$;
-COMMENT ON FUNCTION flagmeter.period_configs(text) IS
-'per meter, the period kind, anchor and time zone that bound a tenant''s periods';
+COMMENT ON FUNCTION flagmeter.limit_configs(text, text) IS
+'per meter (or for one meter), the limit in force for a tenant with its period, anchor and time zone, as jsonb';
+
+-- What follows a change of the configuration, for every tenant and meter of
+-- before ({tenant: {meter: limit}}, limit_configs() taken before the
+-- change) whose limit in force is now different:
+--   - the current period is recounted when its boundaries moved (period
+--     kind, anchor or time zone);
+--   - "limit_changed" is announced with the limit now in force (no quota:
+--     unlimited) when the quota, period, mode or thresholds changed;
+--   - tenants no longer at a hard limit are unblocked (review_blocks), and
+--     then what the current usage reaches under the new limit is announced
+--     (review_usage): thresholds not announced in the period yet, and
+--     "blocked" at a hard limit now at or below the usage.
+-- Unblocking comes first, so that a tenant unblocked in a period that
+-- moved and blocked in the new one ends blocked, in version order too.
+CREATE FUNCTION flagmeter.apply_limit_changes(before jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	r record;
+	changed_tenants text[] := '{}';
+	changed_meters text[] := '{}';
+BEGIN
+	FOR r IN
+		SELECT b.tenant, m.meter, m.old, to_jsonb(c) AS new
+		FROM jsonb_each(COALESCE(before, '{}')) b(tenant, limits)
+		CROSS JOIN jsonb_each(b.limits) m(meter, old)
+		CROSS JOIN LATERAL flagmeter.limit_config(b.tenant, m.meter) c
+		WHERE m.old IS DISTINCT FROM to_jsonb(c)
+		ORDER BY 1, 2
+	LOOP
+		IF (r.old -> 'period', r.old -> 'anchor', r.old -> 'timezone')
+		   IS DISTINCT FROM (r.new -> 'period', r.new -> 'anchor', r.new -> 'timezone') THEN
+			PERFORM flagmeter.recount_current_period(r.tenant, r.meter);
+		END IF;
+		IF (r.old -> 'quota', r.old -> 'period', r.old -> 'mode', r.old -> 'thresholds')
+		   IS DISTINCT FROM (r.new -> 'quota', r.new -> 'period', r.new -> 'mode', r.new -> 'thresholds')
+		   AND (r.old ->> 'quota' IS NOT NULL OR r.new ->> 'quota' IS NOT NULL) THEN
+			IF r.new ->> 'quota' IS NULL THEN
+				PERFORM flagmeter.announce('limit_changed', r.tenant, r.meter, r.new ->> 'plan');
+			ELSE
+				PERFORM flagmeter.announce('limit_changed', r.tenant, r.meter, r.new ->> 'plan',
+				            NULL, NULL, (r.new ->> 'quota')::bigint, r.new ->> 'period', r.new ->> 'mode',
+				            ARRAY(SELECT jsonb_array_elements_text(r.new -> 'thresholds')::integer));
+			END IF;
+		END IF;
+		changed_tenants := changed_tenants || r.tenant;
+		changed_meters := changed_meters || r.meter;
+	END LOOP;
+
+	FOR r IN
+		SELECT DISTINCT bl.tenant FROM flagmeter.blocked bl
+		WHERE bl.tenant IN (SELECT jsonb_object_keys(COALESCE(before, '{}')))
+		ORDER BY 1
+	LOOP
+		PERFORM flagmeter.review_blocks(r.tenant);
+	END LOOP;
+
+	FOR r IN
+		SELECT u.tenant, u.meter FROM unnest(changed_tenants, changed_meters) u(tenant, meter)
+		WHERE EXISTS (SELECT FROM flagmeter.counters c WHERE c.tenant = u.tenant AND c.meter = u.meter)
+	LOOP
+		PERFORM flagmeter.review_usage(r.tenant, r.meter);
+	END LOOP;
+END $$;
+COMMENT ON FUNCTION flagmeter.apply_limit_changes(jsonb) IS
+'after a configuration change: recounts moved periods, announces limit_changed with the new limit, unblocks and blocks, and announces thresholds now reached, for each tenant and meter of before whose limit in force changed';

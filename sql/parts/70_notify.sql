@@ -26,6 +26,10 @@ CREATE TABLE flagmeter.outbox (
 	threshold		integer,
 	used			bigint,
 	quota			bigint,
+	resets_at		timestamptz,
+	period			text,
+	mode			text,
+	thresholds		integer[],
 	notified		boolean NOT NULL
 );
 -- a threshold is announced once per tenant, meter and period
@@ -33,17 +37,18 @@ CREATE UNIQUE INDEX outbox_threshold_once ON flagmeter.outbox (tenant, meter, pe
 	WHERE kind OPERATOR(pg_catalog.=) 'threshold'::pg_catalog.text;
 CREATE INDEX outbox_created_at ON flagmeter.outbox USING brin (created_at);
 COMMENT ON TABLE flagmeter.outbox IS
-'every quota event (threshold reached, blocked, unblocked, limit or plan changed) with a version in commit order; notified is false when the notification was skipped under backpressure';
+'every quota event (threshold reached, blocked, unblocked, limit or plan changed) with a version in commit order; resets_at: when a blocked period ends; quota, period, mode, thresholds of limit_changed: the limit now in force; notified is false when the notification was skipped under backpressure';
 
 CREATE TABLE flagmeter.blocked (
 	tenant			text NOT NULL,
 	meter			text NOT NULL,
 	period_start	timestamptz NOT NULL,
 	blocked_at		timestamptz NOT NULL,
+	resets_at		timestamptz,
 	PRIMARY KEY (tenant, meter, period_start)
 );
 COMMENT ON TABLE flagmeter.blocked IS
-'tenants whose usage reached a hard limit in a period, until a void, a limit change or the end of the period brings them back under it';
+'tenants whose usage reached a hard limit in a period, until a void, a limit change or the end of the period (resets_at, NULL for lifetime) brings them back under it';
 
 CREATE TABLE flagmeter.notification_skips (
 	skipped_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
@@ -58,12 +63,21 @@ SELECT pg_catalog.pg_extension_config_dump('flagmeter.outbox_version', '');
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.blocked', '');
 
 CREATE FUNCTION flagmeter.announce(kind text, tenant text, meter text, plan text DEFAULT NULL,
-	period_start timestamptz DEFAULT NULL, used bigint DEFAULT NULL, quota bigint DEFAULT NULL)
+	period_start timestamptz DEFAULT NULL, used bigint DEFAULT NULL, quota bigint DEFAULT NULL,
+	period text DEFAULT NULL, mode text DEFAULT NULL, thresholds integer[] DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'fm_announce'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
-COMMENT ON FUNCTION flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint) IS
-'queues a quota event (blocked, unblocked, limit_changed, plan_changed) to be recorded and announced when the transaction commits';
+COMMENT ON FUNCTION flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[]) IS
+'queues a quota event (blocked, unblocked, limit_changed, plan_changed) to be recorded and announced when the transaction commits; quota, period, mode and thresholds of limit_changed give the limit now in force';
+
+-- What the current usage reaches after a configuration change (src/review.c).
+CREATE FUNCTION flagmeter.review_usage(tenant text, meter text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'fm_review_usage'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.review_usage(text, text) IS
+'queues the thresholds and the blocked event that the current period''s usage of a tenant and meter reaches under the limit in force (after a configuration change), announced at commit';
 
 -- Unblocks the blocked tenants (optionally of one tenant, meter or plan)
 -- whose usage is back under their hard limit, or whose period has ended,

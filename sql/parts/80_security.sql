@@ -54,7 +54,8 @@
 --       flagmeter.drop_override(text, text),
 --       flagmeter.recount_current_period(text, text),
 --       flagmeter.review_blocks(text, text, text),
---       flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint),
+--       flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[]),
+--       flagmeter.review_usage(text, text), flagmeter.apply_limit_changes(jsonb),
 --       flagmeter.usage(text, text, timestamptz) TO billing_admin;
 --   GRANT SELECT, INSERT, UPDATE, DELETE ON flagmeter.meters, flagmeter.plans,
 --       flagmeter.limits, flagmeter.tenants, flagmeter.overrides,
@@ -99,7 +100,8 @@ REVOKE ALL ON FUNCTION flagmeter.check(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.limit_in_force(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.usage(text, text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.void(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.review_usage(text, text) FROM PUBLIC;
 
 -- Configuration.
 REVOKE ALL ON FUNCTION flagmeter.define_meter(text, text, text) FROM PUBLIC;
@@ -110,6 +112,7 @@ REVOKE ALL ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, 
 REVOKE ALL ON FUNCTION flagmeter.drop_override(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.recount_current_period(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.review_blocks(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.apply_limit_changes(jsonb) FROM PUBLIC;
 
 -- Maintenance, run as the owner.
 REVOKE ALL ON FUNCTION flagmeter.maintain() FROM PUBLIC;

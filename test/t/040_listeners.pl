@@ -18,6 +18,7 @@
 #   - a listener that disconnects, and reconnects later, gets from
 #     flagmeter.changes_since(last version it saw) exactly the events the
 #     other listener received meanwhile, in the same (version) order;
+#   - a blocked event carries resets_at, the end of the blocked period;
 #   - under backpressure (notifications skipped, notified events, resync
 #     hints, in every order of three steps), instances that follow the
 #     README's client protocol apply every event and agree with the
@@ -470,6 +471,24 @@ for my $l ($la, $lb)
 	is_deeply([ event_lines(events_of_all($notes)) ],
 		\@after, "$l->{name}: it is the next outbox row");
 }
+
+# ---------------------------------------------------------------------------
+# A blocked event says when the block ends by itself
+# ---------------------------------------------------------------------------
+query(
+	q{SELECT flagmeter.define_plan('monthly'),
+	         flagmeter.set_limit('monthly', 'calls', 10, 'month', 'hard', '{100}'),
+	         flagmeter.assign_plan('monthly-t', 'monthly', '2026-01-15 10:00:00+00', 'UTC')});
+sync_listeners($la, $lb);
+query(q{SELECT flagmeter.track('monthly-t', 'calls', 10)});
+$got = sync_listeners($la, $lb);
+my ($blocked_event) = grep { $_->{kind} eq 'blocked' } events_of_all($got->{A});
+is( ($blocked_event->{period_start} // '') . ' ' . ($blocked_event->{resets_at} // ''),
+	query(
+		q{SELECT to_char(period_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ' ' ||
+		         to_char(period_end AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+		  FROM flagmeter.period_bounds(now(), 'month', '2026-01-15 10:00:00+00', 'UTC')}),
+	'blocked carries period_start and resets_at, the end of the period, in UTC');
 
 # ---------------------------------------------------------------------------
 # Backpressure: no sequence of skipped notifications, notified events and
