@@ -305,14 +305,19 @@ END $$;
 COMMENT ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) IS
 'sets or replaces the limit of a plan for a meter; applies to the current period at once';
 
+-- A NULL anchor or time zone keeps the tenant's (for a tenant not assigned
+-- yet: now() and UTC): changing a tenant's plan keeps its periods, and so
+-- its usage, unless the caller moves them on purpose.
 CREATE FUNCTION flagmeter.assign_plan(tenant text, plan text,
-	anchor timestamptz DEFAULT now(), timezone text DEFAULT 'UTC')
+	anchor timestamptz DEFAULT NULL, timezone text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	before jsonb;
+	current_anchor timestamptz;
+	current_timezone text;
 BEGIN
 	PERFORM flagmeter.check_tenant(tenant);
 	IF plan IS NULL THEN
@@ -322,11 +327,12 @@ BEGIN
 		RAISE EXCEPTION 'plan "%" does not exist', left(plan, 64) USING ERRCODE = 'undefined_object',
 			HINT = 'Define it first with flagmeter.define_plan().';
 	END IF;
-	IF anchor IS NULL OR NOT isfinite(anchor) THEN
+	SELECT t.anchor, t.timezone INTO current_anchor, current_timezone
+	FROM flagmeter.tenants t WHERE t.tenant = assign_plan.tenant;
+	anchor := COALESCE(anchor, current_anchor, now());
+	timezone := COALESCE(timezone, current_timezone, 'UTC');
+	IF NOT isfinite(anchor) THEN
 		RAISE EXCEPTION 'anchor must be a finite timestamp' USING ERRCODE = 'invalid_parameter_value';
-	END IF;
-	IF timezone IS NULL THEN
-		RAISE EXCEPTION 'time zone must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	-- raises "time zone ... not recognized" for a bad name
 	PERFORM flagmeter.period_bounds(anchor, 'day', anchor, timezone);
@@ -343,7 +349,7 @@ BEGIN
 	PERFORM flagmeter.apply_limit_changes(before);
 END $$;
 COMMENT ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) IS
-'puts a tenant on a plan with its billing anchor and time zone; usage of the current period is recounted when its boundaries move';
+'puts a tenant on a plan; a NULL anchor or time zone keeps the tenant''s (now() and UTC for a new tenant), so a plan change keeps its periods and usage; usage of the current period is recounted when its boundaries move';
 
 CREATE FUNCTION flagmeter.override_limit(tenant text, meter text, quota bigint,
 	period text DEFAULT NULL, mode text DEFAULT NULL, thresholds integer[] DEFAULT NULL)

@@ -248,3 +248,25 @@ SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
 	($$SELECT track_batch(ARRAY['a', 'a'], ARRAY['tokens', 'tokens'], ARRAY[9223372036854775807, 1])$$)
 ) v(sql);
 SELECT count(*) - :events_before AS events_written FROM events;
+
+-- Changing a tenant's plan mid-period (issue 15): the anchor and time zone
+-- stay, so the period and its usage stay; the new plan's limit applies at
+-- once; thresholds of the new quota that the usage reaches are announced,
+-- and a hard limit now below the usage blocks at once.  Only an anchor
+-- passed on purpose moves the periods (and restarts the count here).
+SELECT define_plan('starter'), set_limit('starter', 'api_calls', 200),
+       define_plan('growth'), set_limit('growth', 'api_calls', 1000),
+       define_plan('tiny'), set_limit('tiny', 'api_calls', 100);
+SELECT assign_plan('mover', 'starter', now() - interval '3 days', 'Europe/Berlin');
+SELECT track('mover', 'api_calls', 110);
+SELECT anchor AS mover_anchor FROM tenants WHERE tenant = 'mover' \gset
+SELECT assign_plan('mover', 'growth');
+SELECT plan, anchor = :'mover_anchor' AS anchor_kept, timezone FROM tenants WHERE tenant = 'mover';
+SELECT granted, used, quota, remaining FROM flagmeter.check('mover', 'api_calls', 1);
+SELECT assign_plan('mover', 'tiny');
+SELECT granted, used, quota FROM flagmeter.check('mover', 'api_calls', 1);
+SELECT kind, threshold, used, quota FROM outbox
+WHERE tenant = 'mover' AND kind <> 'plan_changed' ORDER BY version;
+SELECT assign_plan('mover', 'growth', now(), 'UTC');
+SELECT used, quota FROM flagmeter.check('mover', 'api_calls', 0);
+

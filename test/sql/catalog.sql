@@ -71,11 +71,19 @@ SELECT assign_plan(NULL, 'free');
 SELECT assign_plan('', 'free');
 SELECT assign_plan(repeat('t', 257), 'free');
 SELECT assign_plan('acme', 'free', 'infinity');
-SELECT assign_plan('acme', 'free', NULL);
 SELECT assign_plan('acme', 'free', now(), 'Mars/Olympus_Mons');
 SELECT assign_plan('acme', 'free', now(), '');
-SELECT assign_plan('acme', 'free', now(), NULL);
 SELECT tenant, plan, anchor, timezone FROM tenants WHERE tenant = 'acme';
+-- A NULL (or omitted) anchor or time zone keeps the tenant's: changing its
+-- plan does not move its periods.  A new tenant gets now() and UTC.
+SELECT assign_plan('acme', 'pro'), assign_plan('acme', 'free', NULL, NULL);
+SELECT assign_plan('acme', 'free', timezone => 'Asia/Tokyo');
+SELECT tenant, plan, anchor, timezone FROM tenants WHERE tenant = 'acme';
+SELECT assign_plan('acme', 'free', '2026-01-31 10:00:00+00', 'Europe/Berlin');
+BEGIN;
+SELECT assign_plan('newbie', 'free');
+SELECT plan, anchor = now() AS anchor_now, timezone FROM tenants WHERE tenant = 'newbie';
+COMMIT;
 
 -- Overrides
 SELECT override_limit('acme', 'api_calls', 5000);
