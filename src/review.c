@@ -40,7 +40,7 @@ fm_review_usage(PG_FUNCTION_ARGS)
 	FmCounter	total;
 
 	SPI_connect();
-	fm_load_limit(tenant, meter, false, &limit);
+	fm_load_limit_any(tenant, meter, false, &limit);
 	if (limit.limited)
 	{
 		fm_period_bounds(limit.period, limit.anchor, limit.tz,

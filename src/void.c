@@ -307,7 +307,7 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	bool		stripe0_first;
 	bool		voided = false;
 
-	fm_load_limit(tenant, item->meter, false, &limit);
+	fm_load_limit_any(tenant, item->meter, false, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, item->occurred_at,
 					 &period_start, &period_end);
 	memset(&p, 0, sizeof(p));

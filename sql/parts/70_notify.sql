@@ -104,8 +104,9 @@ BEGIN
 		ORDER BY 1, 2, 3
 	LOOP
 		SELECT * INTO cfg FROM flagmeter.limit_config(b.tenant, b.meter);
-		-- the usage of the blocked period (lifetime periods start at -infinity)
-		used := CASE WHEN cfg.aggregation IS NULL THEN NULL
+		-- the usage of the blocked period (lifetime periods start at -infinity);
+		-- none for a tenant with no plan any more, whose usage() may be refused
+		used := CASE WHEN cfg.aggregation IS NULL OR cfg.plan IS NULL THEN NULL
 		             ELSE flagmeter.used_by(flagmeter.usage(b.tenant, b.meter,
 		                      CASE WHEN isfinite(b.period_start) THEN b.period_start ELSE now() END),
 		                      cfg.aggregation) END;

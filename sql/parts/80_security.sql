@@ -124,6 +124,6 @@ REVOKE ALL ON FUNCTION flagmeter.drop_expired_partitions(xid8) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.send_resync_hint() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.schedule(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.unschedule() FROM PUBLIC;
-REVOKE ALL ON FUNCTION flagmeter.configure(interval, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.configure(interval, integer, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.after_restore() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.index_event_partition(regclass) FROM PUBLIC;
