@@ -231,6 +231,8 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+	current_aggregation text;
 BEGIN
 	PERFORM flagmeter.check_name('meter', meter);
 	IF aggregation IS NULL THEN
@@ -245,13 +247,26 @@ BEGIN
 		RAISE EXCEPTION 'unit is too long' USING ERRCODE = 'string_data_right_truncation',
 			DETAIL = 'A unit is at most 63 characters.';
 	END IF;
+	-- The counters keep every figure, but "used" of the current periods,
+	-- their blocks and thresholds would change meaning at once: refused.
+	SELECT m.aggregation INTO current_aggregation FROM flagmeter.meters m
+	WHERE m.meter = define_meter.meter;
+	IF current_aggregation IS NOT NULL AND current_aggregation <> aggregation
+	   AND flagmeter.meter_has_usage(meter) THEN
+		RAISE EXCEPTION 'cannot change the aggregation of meter "%" from "%" to "%"',
+			meter, current_aggregation, aggregation
+			USING ERRCODE = 'object_in_use',
+			      DETAIL = 'The meter has recorded usage, which would be read differently at once.',
+			      HINT = 'Define a new meter, or drop this one with its usage first: '
+			             'flagmeter.drop_meter(meter, force => true).';
+	END IF;
 	INSERT INTO flagmeter.meters AS m (meter, aggregation, unit)
 	VALUES (define_meter.meter, define_meter.aggregation, define_meter.unit)
 	ON CONFLICT ON CONSTRAINT meters_pkey DO UPDATE
 		SET aggregation = EXCLUDED.aggregation, unit = EXCLUDED.unit;
 END $$;
 COMMENT ON FUNCTION flagmeter.define_meter(text, text, text) IS
-'defines a meter (aggregation sum, count, max or latest) or changes its aggregation and unit';
+'defines a meter (aggregation sum, count, max or latest) or changes its unit, or its aggregation while it has no recorded usage';
 
 CREATE FUNCTION flagmeter.define_plan(plan text)
 RETURNS void
@@ -404,6 +419,175 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION flagmeter.drop_override(text, text) IS
 'removes a tenant''s override so its plan''s limit applies again; false when there was none';
+
+-- Lifecycle: a tenant leaves its plan, a plan or a meter goes ---------------------
+
+-- The tenant leaves its plan (its overrides go with it) and is unassigned
+-- again: metered without limit in calendar months in UTC, or refused
+-- (settings.unassigned_tenants).  Its usage, events, idempotency keys and
+-- outbox rows stay unless forget_usage, which deletes them all (after the
+-- transactions that are recording for it, and before any that starts
+-- meanwhile: they wait).  Announces plan_changed without a plan,
+-- limit_changed without a quota for every meter it had a limit for, and
+-- unblocked for its blocks.
+CREATE FUNCTION flagmeter.unassign_tenant(tenant text, forget_usage boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	before jsonb;
+	assigned boolean;
+BEGIN
+	PERFORM flagmeter.check_tenant(tenant);
+	IF forget_usage IS NULL THEN
+		RAISE EXCEPTION 'forget_usage must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	before := jsonb_build_object(tenant, flagmeter.limit_configs(tenant));
+	IF forget_usage THEN
+		-- as recount_current_period: in-flight calls end first, new ones wait
+		LOCK TABLE flagmeter.counters IN SHARE ROW EXCLUSIVE MODE;
+		DELETE FROM flagmeter.counters c WHERE c.tenant = unassign_tenant.tenant;
+		DELETE FROM flagmeter.events e WHERE e.tenant = unassign_tenant.tenant;
+		DELETE FROM flagmeter.rollup_hour r WHERE r.tenant = unassign_tenant.tenant;
+		DELETE FROM flagmeter.rollup_day r WHERE r.tenant = unassign_tenant.tenant;
+		DELETE FROM flagmeter.event_keys k WHERE k.tenant = unassign_tenant.tenant;
+		DELETE FROM flagmeter.voids v WHERE v.tenant = unassign_tenant.tenant;
+		-- this transaction's own events are written at its commit, after this
+		DELETE FROM flagmeter.outbox o WHERE o.tenant = unassign_tenant.tenant;
+	END IF;
+	DELETE FROM flagmeter.tenants t WHERE t.tenant = unassign_tenant.tenant;
+	assigned := FOUND;
+	IF assigned THEN
+		PERFORM flagmeter.announce('plan_changed', tenant, NULL);
+	END IF;
+	PERFORM flagmeter.apply_limit_changes(before);
+	RETURN assigned;
+END $$;
+COMMENT ON FUNCTION flagmeter.unassign_tenant(text, boolean) IS
+'takes a tenant off its plan (its overrides go too): it is unassigned again; usage, events, idempotency keys and outbox rows stay unless forget_usage; false when it was not assigned';
+
+-- A plan goes, with its limits.  Refused while tenants are on it, unless
+-- force, which unassigns them first (as unassign_tenant, usage kept).
+CREATE FUNCTION flagmeter.drop_plan(plan text, force boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n bigint;
+	t text;
+	l record;
+BEGIN
+	PERFORM flagmeter.check_name('plan', plan);
+	IF force IS NULL THEN
+		RAISE EXCEPTION 'force must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM FROM flagmeter.plans p WHERE p.plan = drop_plan.plan FOR UPDATE;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	SELECT count(*) INTO n FROM flagmeter.tenants tn WHERE tn.plan = drop_plan.plan;
+	IF n > 0 AND NOT force THEN
+		RAISE EXCEPTION 'plan "%" is in use', plan
+			USING ERRCODE = 'dependent_objects_still_exist',
+			      DETAIL = format('Tenants on it: %s.', n),
+			      HINT = 'Move them with flagmeter.assign_plan(), or pass force => true to unassign them '
+			             '(their usage is kept).';
+	END IF;
+	FOR t IN SELECT tn.tenant FROM flagmeter.tenants tn WHERE tn.plan = drop_plan.plan ORDER BY 1 LOOP
+		PERFORM flagmeter.unassign_tenant(t);
+	END LOOP;
+	-- the plan's limits are gone
+	FOR l IN SELECT li.meter FROM flagmeter.limits li WHERE li.plan = drop_plan.plan ORDER BY 1 LOOP
+		PERFORM flagmeter.announce('limit_changed', NULL, l.meter, plan);
+	END LOOP;
+	DELETE FROM flagmeter.plans p WHERE p.plan = drop_plan.plan;
+	RETURN true;
+END $$;
+COMMENT ON FUNCTION flagmeter.drop_plan(text, boolean) IS
+'drops a plan and its limits; refused (2BP01) while tenants are on it unless force, which unassigns them (usage kept); false when there is no such plan';
+
+-- Whether a meter has recorded usage: an event in a counter row (kept for
+-- every period, ended ones compacted; a refused consume leaves an empty
+-- one) or in the rollups.
+CREATE FUNCTION flagmeter.meter_has_usage(meter text)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+SELECT EXISTS (SELECT FROM flagmeter.counters c
+               WHERE c.meter OPERATOR(pg_catalog.=) $1
+                 AND flagmeter.events(c.counter) OPERATOR(pg_catalog.>) 0)
+    OR EXISTS (SELECT FROM flagmeter.rollup_day r
+               WHERE r.meter OPERATOR(pg_catalog.=) $1
+                 AND flagmeter.events(r.counter) OPERATOR(pg_catalog.>) 0)
+$$;
+COMMENT ON FUNCTION flagmeter.meter_has_usage(text) IS
+'whether a meter has recorded usage (an event in its counters or rollups)';
+
+-- A meter goes.  Refused while a plan limits it, a tenant overrides it or
+-- usage is recorded for it, unless force, which drops its limits and
+-- overrides (limit_changed without a quota, for the plans and the tenants
+-- that had one) and unblocks its blocked tenants.  Its rows go in either
+-- case (without force only empty counters and the keys of refused
+-- consumes can be left): usage, events, idempotency keys (of a
+-- multi-meter consume, only its part), voids and announced thresholds,
+-- after the transactions recording for it (calls that start meanwhile
+-- wait, then fail with 42704).
+CREATE FUNCTION flagmeter.drop_meter(meter text, force boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	nlimits bigint;
+	noverrides bigint;
+	used boolean;
+	r record;
+BEGIN
+	PERFORM flagmeter.check_name('meter', meter);
+	IF force IS NULL THEN
+		RAISE EXCEPTION 'force must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM FROM flagmeter.meters m WHERE m.meter = drop_meter.meter FOR UPDATE;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	SELECT count(*) INTO nlimits FROM flagmeter.limits l WHERE l.meter = drop_meter.meter;
+	SELECT count(*) INTO noverrides FROM flagmeter.overrides o WHERE o.meter = drop_meter.meter;
+	used := flagmeter.meter_has_usage(meter);
+	IF (nlimits > 0 OR noverrides > 0 OR used) AND NOT force THEN
+		RAISE EXCEPTION 'meter "%" is in use', meter
+			USING ERRCODE = 'dependent_objects_still_exist',
+			      DETAIL = format('Plans limiting it: %s; tenants overriding it: %s; recorded usage: %s.',
+			                      nlimits, noverrides, CASE WHEN used THEN 'yes' ELSE 'no' END),
+			      HINT = 'Pass force => true to drop it with its limits, overrides, usage, events '
+			             'and idempotency keys.';
+	END IF;
+
+	LOCK TABLE flagmeter.counters IN SHARE ROW EXCLUSIVE MODE;
+	FOR r IN SELECT l.plan FROM flagmeter.limits l WHERE l.meter = drop_meter.meter ORDER BY 1 LOOP
+		PERFORM flagmeter.announce('limit_changed', NULL, meter, r.plan);
+	END LOOP;
+	FOR r IN SELECT e.tenant, e.plan FROM flagmeter.effective_limits e
+	         WHERE e.meter = drop_meter.meter ORDER BY 1 LOOP
+		PERFORM flagmeter.announce('limit_changed', r.tenant, meter, r.plan);
+	END LOOP;
+	DELETE FROM flagmeter.counters c WHERE c.meter = drop_meter.meter;
+	DELETE FROM flagmeter.events e WHERE e.meter = drop_meter.meter;
+	DELETE FROM flagmeter.rollup_hour h WHERE h.meter = drop_meter.meter;
+	DELETE FROM flagmeter.rollup_day d WHERE d.meter = drop_meter.meter;
+	DELETE FROM flagmeter.event_keys k WHERE k.meter = drop_meter.meter;
+	DELETE FROM flagmeter.voids v WHERE v.meter = drop_meter.meter;
+	-- so that a meter defined again under the name announces its thresholds
+	DELETE FROM flagmeter.outbox o WHERE o.meter = drop_meter.meter AND o.kind = 'threshold';
+	DELETE FROM flagmeter.meters m WHERE m.meter = drop_meter.meter;
+	-- its blocks: unblocked (the rows leave flagmeter.blocked at commit)
+	PERFORM flagmeter.review_blocks(NULL, meter);
+	RETURN true;
+END $$;
+COMMENT ON FUNCTION flagmeter.drop_meter(text, boolean) IS
+'drops a meter; refused (2BP01) while plans limit it, tenants override it or it has recorded usage, unless force, which drops those with all its usage, events and idempotency keys; false when there is no such meter';
 
 -- Helpers of the catalog API ---------------------------------------------------
 
