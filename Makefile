@@ -23,6 +23,7 @@ OBJS = \
 	src/stripes.o \
 	src/event_keys.o \
 	src/track_alerts.o \
+	src/review.o \
 	src/track.o \
 	src/track_batch.o \
 	src/consume.o \

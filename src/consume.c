@@ -365,10 +365,8 @@ record_items(const char *tenant, const char *key, ConsumeItem *items, int n,
 		args[6] = key ? CStringGetTextDatum(key) : (Datum) 0;
 		fm_execute(&record_consumed_stmt, args, key ? NULL : "      n", false, 0);
 		if (items[i].limit.limited)
-			fm_queue_usage_level(tenant, items[i].meter, items[i].period_start,
-								 decisions[i].used, items[i].limit.quota,
-								 items[i].limit.hard, items[i].limit.thresholds,
-								 items[i].limit.nthresholds);
+			fm_queue_usage_level(tenant, items[i].meter, &items[i].limit,
+								 items[i].period_start, decisions[i].used);
 	}
 }
 

@@ -26,6 +26,7 @@ typedef enum FmAggregation
 
 typedef struct FmLimit
 {
+	bool		assigned;		/* the tenant is assigned a plan */
 	FmAggregation aggregation;
 	bool		limited;		/* false: no quota applies */
 	int64		quota;			/* when limited */

@@ -15,6 +15,7 @@
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
+#include "mb/pg_wchar.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -25,6 +26,7 @@
 #include "utils/timestamp.h"
 
 #include "args.h"
+#include "bounds.h"
 #include "compat.h"
 #include "counter.h"
 #include "limit_lookup.h"
@@ -35,8 +37,8 @@
 /*
  * The per-backend cache of limits.
  *
- * The catalog tables (meters, plans, limits, tenants, overrides) carry a
- * statement trigger, flagmeter.config_changed(), that sends a relcache
+ * The catalog tables (meters, plans, limits, tenants, overrides) and
+ * flagmeter.settings carry a statement trigger, flagmeter.config_changed(), that sends a relcache
  * invalidation for the table: like every invalidation it reaches the other
  * backends when the change commits, and this backend at its next command.
  * Any of them empties the cache.  A call takes its first lock on
@@ -84,7 +86,14 @@ static bool limit_cache_valid = false;
 
 /* the shared cache's generation when this backend's caches were emptied */
 static uint64 limit_cache_generation = 0;
-static Oid	watched_relids[5];
+static Oid	watched_relids[6];
+
+/*
+ * flagmeter.current_settings.unassigned_tenants is "refuse": 1, or 0; -1
+ * until read after the caches were last emptied (the settings table is
+ * watched like the catalog tables).
+ */
+static int	unassigned_refused = -1;
 
 /*
  * The part of a limit that comes from the plan (or from no plan): the
@@ -139,7 +148,8 @@ fm_limit_lookup_init(void)
 static void
 reset_limit_cache(void)
 {
-	static const char *const watched[] = {"meters", "plans", "limits", "tenants", "overrides"};
+	static const char *const watched[] = {"meters", "plans", "limits", "tenants", "overrides",
+	"settings"};
 	HASHCTL		ctl;
 	int			i;
 
@@ -162,15 +172,58 @@ reset_limit_cache(void)
 	for (i = 0; i < (int) lengthof(watched); i++)
 		watched_relids[i] = fm_relation_oid(watched[i]);
 	limit_cache_generation = fm_shared_limits_generation();
+	unassigned_refused = -1;
 	limit_cache_valid = true;
 }
 
 static void load_limit_from_catalog(const char *tenant, const char *meter,
 									bool read_only, FmLimit *limit);
 
+static FmStatement unassigned_refused_stmt = {
+	"SELECT unassigned_tenants OPERATOR(pg_catalog.=) 'refuse'::pg_catalog.text"
+	" FROM flagmeter.current_settings",
+	0, {InvalidOid}
+};
+
+/* Whether calls for unassigned tenants are refused, cached like the limits. */
+static bool
+unassigned_tenants_refused(bool read_only)
+{
+	bool		refused;
+	bool		isnull;
+
+	if (unassigned_refused >= 0)
+		return unassigned_refused == 1;
+	SPI_connect();
+	fm_execute(&unassigned_refused_stmt, NULL, NULL, read_only, 1);
+	refused = SPI_processed == 1 &&
+		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	/* an invalidation may have arrived while reading: then it is not kept */
+	if (limit_cache_valid)
+		unassigned_refused = refused ? 1 : 0;
+	return refused;
+}
+
 void
 fm_load_limit(const char *tenant, const char *meter, bool read_only,
 			  FmLimit *limit)
+{
+	fm_load_limit_any(tenant, meter, read_only, limit);
+	if (!limit->assigned && unassigned_tenants_refused(read_only))
+		ereport(ERROR,
+				(errcode(FM_ERRCODE_UNASSIGNED_TENANT),
+				 errmsg("tenant \"%.*s\" is not assigned a plan",
+						pg_mbcliplen(tenant, strlen(tenant), 64), tenant),
+				 errdetail("Calls for tenants never assigned a plan are refused "
+						   "(flagmeter.current_settings.unassigned_tenants is \"refuse\")."),
+				 errhint("Assign it a plan with flagmeter.assign_plan(), or check the tenant id: "
+						 "ids are compared exactly, case and spaces included.")));
+}
+
+void
+fm_load_limit_any(const char *tenant, const char *meter, bool read_only,
+				  FmLimit *limit)
 {
 	LimitCacheKey key;
 	LimitCacheEntry *entry;
@@ -416,6 +469,7 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 	pl = plan_limit(assigned ? TextDatumGetCString(t[0]) : NULL, tenant, meter, read_only);
 
 	memset(limit, 0, sizeof(*limit));
+	limit->assigned = assigned;
 	limit->aggregation = pl->aggregation;
 	limit->limited = overridden || pl->limited;
 	limit->quota = overridden ? DatumGetInt64(o[0]) : pl->quota;

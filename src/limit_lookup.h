@@ -9,14 +9,24 @@
 
 #include "limit.h"
 
+/* QT001: a call for a tenant never assigned a plan, when those are refused */
+#define FM_ERRCODE_UNASSIGNED_TENANT MAKE_SQLSTATE('Q', 'T', '0', '0', '1')
+
 /*
  * The limit of (tenant, meter), in or out of SPI.  Raises 42704 for an
- * unknown meter.  read_only as for fm_execute.  Answers come from a
- * per-backend cache that every change of the catalog tables invalidates
- * (see limit_lookup.c), so the hot path does not query the catalog.
+ * unknown meter, and FM_ERRCODE_UNASSIGNED_TENANT for a tenant that is not
+ * assigned a plan when flagmeter.current_settings.unassigned_tenants is
+ * "refuse".  read_only as for fm_execute.  Answers, and that setting, come
+ * from a per-backend cache that every change of the configuration tables
+ * invalidates (see limit_lookup.c), so the hot path does not query the
+ * catalog.
  */
 extern void fm_load_limit(const char *tenant, const char *meter,
 						  bool read_only, FmLimit *limit);
+
+/* The same, never refusing: for void, which corrects what was recorded. */
+extern void fm_load_limit_any(const char *tenant, const char *meter,
+							  bool read_only, FmLimit *limit);
 
 /* from _PG_init: registers the cache's invalidation callback */
 extern void fm_limit_lookup_init(void);

@@ -19,7 +19,10 @@
  *   outbox versions drawn under it are therefore in commit order, and a
  *   client resyncing from version V misses nothing.  Only transactions that
  *   queued a quota event take it; the hot path (track below every
- *   threshold) queues nothing.
+ *   threshold) queues nothing.  Under the same lock the greatest version
+ *   committed before is read, and every notification carries it
+ *   (prev_version): an instance whose last version is lower missed
+ *   something (a notification skipped under backpressure) and replays.
  *
  * - "Once per threshold per tenant, meter and period" is the outbox's
  *   partial unique index; "blocked" is a row in flagmeter.blocked.  A
@@ -31,7 +34,8 @@
  *   nothing is sent (a full queue would fail the commit): outbox rows are
  *   kept with notified = false and skipped invalidations are logged in
  *   flagmeter.notification_skips; maintain() sends one "resync" hint once
- *   the queue has drained.
+ *   the queue has drained.  An instance that received a later
+ *   notification meanwhile sees the gap from its prev_version.
  */
 #include "postgres.h"
 
@@ -49,6 +53,7 @@
 #include "lib/stringinfo.h"
 #include "nodes/pg_list.h"
 #include "storage/lmgr.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/guc.h"
@@ -64,6 +69,7 @@
 #include "counter_core.h"
 #include "decision.h"
 #include "notify.h"
+#include "period.h"
 #include "statements.h"
 
 /* flagmeter.notify_queue_limit */
@@ -144,6 +150,12 @@ static FmStatement insert_threshold_stmt = {
 	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT4OID, INT8OID, INT8OID, BOOLOID}
 };
 
+/* The greatest version recorded before this commit's (0: none). */
+static FmStatement latest_version_stmt = {
+	"SELECT COALESCE(pg_catalog.max(version), 0) FROM flagmeter.outbox",
+	0, {InvalidOid}
+};
+
 /* Is the tenant recorded as blocked in the period? (for queueing) */
 static FmStatement is_blocked_stmt = {
 	"SELECT 1 FROM flagmeter.blocked"
@@ -153,18 +165,20 @@ static FmStatement is_blocked_stmt = {
 
 static FmStatement insert_event_stmt = {
 	"INSERT INTO flagmeter.outbox"
-	" (version, kind, tenant, meter, plan, period_start, used, quota, notified)"
+	" (version, kind, tenant, meter, plan, period_start, used, quota, notified,"
+	"  resets_at, period, mode, thresholds)"
 	" VALUES (pg_catalog.nextval('flagmeter.outbox_version'),"
-	"         $1, $2, $3, $4, $5, $6, $7, $8)"
+	"         $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
 	" RETURNING version",
-	8, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID, BOOLOID}
+	12, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID, BOOLOID,
+	TIMESTAMPTZOID, TEXTOID, TEXTOID, INT4ARRAYOID}
 };
 
 static FmStatement block_stmt = {
-	"INSERT INTO flagmeter.blocked (tenant, meter, period_start, blocked_at)"
-	" VALUES ($1, $2, $3, pg_catalog.now())"
+	"INSERT INTO flagmeter.blocked (tenant, meter, period_start, blocked_at, resets_at)"
+	" VALUES ($1, $2, $3, pg_catalog.now(), $4)"
 	" ON CONFLICT (tenant, meter, period_start) DO NOTHING",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
 static FmStatement unblock_stmt = {
@@ -243,6 +257,8 @@ queue_event(const FmQuotaEvent *event, const AnnouncedKey *key)
 	p->event.tenant = txn_strdup(event->tenant);
 	p->event.meter = txn_strdup(event->meter);
 	p->event.plan = txn_strdup(event->plan);
+	p->event.period = txn_strdup(event->period);
+	p->event.mode = txn_strdup(event->mode);
 	p->level = GetCurrentTransactionNestLevel();
 	if (key)
 	{
@@ -260,9 +276,8 @@ fm_queue_quota_event(const FmQuotaEvent *event)
 }
 
 void
-fm_queue_usage_level(const char *tenant, const char *meter,
-					 TimestampTz period_start, int64 used, int64 quota,
-					 bool hard, const int *thresholds, int nthresholds)
+fm_queue_usage_level(const char *tenant, const char *meter, const FmLimit *limit,
+					 TimestampTz period_start, int64 used)
 {
 	FmQuotaEvent event;
 	AnnouncedKey key;
@@ -276,17 +291,19 @@ fm_queue_usage_level(const char *tenant, const char *meter,
 	event.has_usage = true;
 	event.used = used;
 	event.has_quota = true;
-	event.quota = quota;
+	event.quota = limit->quota;
+	event.nthresholds = -1;
 
-	for (i = 0; i < nthresholds; i++)
+	for (i = 0; i < limit->nthresholds; i++)
 	{
-		if (!fm_threshold_reached(used, quota, thresholds[i]))
+		if (!fm_threshold_reached(used, limit->quota, limit->thresholds[i]))
 			break;				/* ascending: the rest are higher */
-		make_key(&key, tenant, meter, period_start, FM_EVENT_THRESHOLD, thresholds[i]);
+		make_key(&key, tenant, meter, period_start, FM_EVENT_THRESHOLD,
+				 limit->thresholds[i]);
 		if (already_announced(&key))
 			continue;
 		event.kind = FM_EVENT_THRESHOLD;
-		event.threshold = thresholds[i];
+		event.threshold = limit->thresholds[i];
 		queue_event(&event, &key);
 	}
 
@@ -296,7 +313,7 @@ fm_queue_usage_level(const char *tenant, const char *meter,
 	 * blocked table is asked rather than this session's memory.  Only calls
 	 * at or above a hard limit pay for the lookup.
 	 */
-	if (hard && used >= quota)
+	if (limit->hard && used >= limit->quota)
 	{
 		Datum		args[3];
 
@@ -309,6 +326,15 @@ fm_queue_usage_level(const char *tenant, const char *meter,
 		{
 			event.kind = FM_EVENT_BLOCKED;
 			event.threshold = 0;
+			/* when the block ends by itself (lifetime periods never end) */
+			if (limit->period != FM_PERIOD_LIFETIME)
+			{
+				TimestampTz start;
+
+				fm_period_bounds(limit->period, limit->anchor, limit->tz, period_start,
+								 &start, &event.resets_at);
+				event.has_resets_at = true;
+			}
 			queue_event(&event, &key);
 		}
 	}
@@ -459,12 +485,18 @@ append_timestamp(StringInfo buf, const char *name, TimestampTz ts)
 	escape_json(buf, text);
 }
 
-/* The JSON object of one announced event. */
+/*
+ * The JSON object of one announced event.  prev_version >= 0 adds it (a
+ * notification of its own); the events of a batch leave it to the batch.
+ */
 static void
-append_event_json(StringInfo buf, const FmQuotaEvent *e, int64 version, bool brief)
+append_event_json(StringInfo buf, const FmQuotaEvent *e, int64 version,
+				  int64 prev_version, bool brief)
 {
 	appendStringInfo(buf, "{\"kind\":\"%s\",\"version\":" INT64_FORMAT,
 					 kind_names[e->kind], version);
+	if (prev_version >= 0)
+		appendStringInfo(buf, ",\"prev_version\":" INT64_FORMAT, prev_version);
 	if (e->tenant)
 	{
 		appendStringInfoString(buf, ",\"tenant\":");
@@ -489,10 +521,31 @@ append_event_json(StringInfo buf, const FmQuotaEvent *e, int64 version, bool bri
 		append_timestamp(buf, "period_start", e->period_start);
 	if (e->kind == FM_EVENT_THRESHOLD)
 		appendStringInfo(buf, ",\"threshold\":%d", e->threshold);
+	if (e->has_resets_at)
+		append_timestamp(buf, "resets_at", e->resets_at);
 	if (e->has_usage)
 		appendStringInfo(buf, ",\"used\":" INT64_FORMAT, e->used);
 	if (e->has_quota)
 		appendStringInfo(buf, ",\"quota\":" INT64_FORMAT, e->quota);
+	if (e->period)
+	{
+		appendStringInfoString(buf, ",\"period\":");
+		escape_json(buf, e->period);
+	}
+	if (e->mode)
+	{
+		appendStringInfoString(buf, ",\"mode\":");
+		escape_json(buf, e->mode);
+	}
+	if (e->nthresholds >= 0)
+	{
+		int			i;
+
+		appendStringInfoString(buf, ",\"thresholds\":[");
+		for (i = 0; i < e->nthresholds; i++)
+			appendStringInfo(buf, "%s%d", i > 0 ? "," : "", e->thresholds[i]);
+		appendStringInfoChar(buf, ']');
+	}
 	appendStringInfoChar(buf, '}');
 }
 
@@ -519,12 +572,20 @@ log_skip(const char *kind, const char *detail)
 	fm_execute(&log_skip_stmt, args, NULL, false, 0);
 }
 
+/* A text argument, or NULL: args[i] and nulls[i] for an optional string. */
+static void
+optional_text_arg(Datum *args, char *nulls, int i, const char *value)
+{
+	args[i] = value ? CStringGetTextDatum(value) : (Datum) 0;
+	nulls[i] = value ? ' ' : 'n';
+}
+
 /* Record one event; its outbox version, or 0 when nothing is announced. */
 static int64
 record_event(const FmQuotaEvent *e, bool notified)
 {
-	Datum		args[8];
-	char		nulls[9] = "        ";
+	Datum		args[12];
+	char		nulls[13] = "            ";
 	bool		isnull;
 
 	if (e->kind == FM_EVENT_THRESHOLD)
@@ -549,25 +610,19 @@ record_event(const FmQuotaEvent *e, bool notified)
 		args[0] = CStringGetTextDatum(e->tenant);
 		args[1] = CStringGetTextDatum(e->meter);
 		args[2] = TimestampTzGetDatum(e->period_start);
+		args[3] = TimestampTzGetDatum(e->resets_at);
+		nulls[3] = e->has_resets_at ? ' ' : 'n';
 		fm_execute_latest(e->kind == FM_EVENT_BLOCKED ? &block_stmt : &unblock_stmt,
-						  args, NULL, 0);
+						  args, nulls, 0);
 		if (SPI_processed == 0)
 			return 0;			/* already in that state */
+		nulls[3] = ' ';
 	}
 
 	args[0] = CStringGetTextDatum(kind_names[e->kind]);
-	if (e->tenant)
-		args[1] = CStringGetTextDatum(e->tenant);
-	else
-		nulls[1] = 'n';
-	if (e->meter)
-		args[2] = CStringGetTextDatum(e->meter);
-	else
-		nulls[2] = 'n';
-	if (e->plan)
-		args[3] = CStringGetTextDatum(e->plan);
-	else
-		nulls[3] = 'n';
+	optional_text_arg(args, nulls, 1, e->tenant);
+	optional_text_arg(args, nulls, 2, e->meter);
+	optional_text_arg(args, nulls, 3, e->plan);
 	args[4] = TimestampTzGetDatum(e->period_start);
 	nulls[4] = e->has_period ? ' ' : 'n';
 	args[5] = Int64GetDatum(e->used);
@@ -575,6 +630,22 @@ record_event(const FmQuotaEvent *e, bool notified)
 	args[6] = Int64GetDatum(e->quota);
 	nulls[6] = e->has_quota ? ' ' : 'n';
 	args[7] = BoolGetDatum(notified);
+	args[8] = TimestampTzGetDatum(e->resets_at);
+	nulls[8] = e->has_resets_at ? ' ' : 'n';
+	optional_text_arg(args, nulls, 9, e->period);
+	optional_text_arg(args, nulls, 10, e->mode);
+	if (e->nthresholds >= 0)
+	{
+		Datum		elems[FM_MAX_THRESHOLDS];
+		int			i;
+
+		for (i = 0; i < e->nthresholds; i++)
+			elems[i] = Int32GetDatum(e->thresholds[i]);
+		args[11] = PointerGetDatum(construct_array(elems, e->nthresholds, INT4OID, 4,
+												   true, TYPALIGN_INT));
+	}
+	else
+		nulls[11] = 'n';
 	fm_execute_latest(&insert_event_stmt, args, nulls, 0);
 	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 									   SPI_tuptable->tupdesc, 1, &isnull));
@@ -583,17 +654,20 @@ record_event(const FmQuotaEvent *e, bool notified)
 /*
  * Quota events: record them in the outbox in commit order and announce
  * them in one notification (one event, or a batch, or only the version
- * range when the batch would not fit).
+ * range when the batch would not fit), with the version recorded before
+ * them (prev_version; see above).
  */
 static void
 commit_quota_events(bool room)
 {
 	StringInfoData events_json;
+	StringInfoData payload;
 	const FmQuotaEvent *single = NULL;
-	int64		single_version = 0;
+	int64		prev_version;
 	int64		first_version = 0;
 	int64		last_version = 0;
 	int			announced = 0;
+	bool		isnull;
 	ListCell   *lc;
 
 	/* the lock PreCommit_Notify takes anyway, taken earlier: see above */
@@ -603,6 +677,9 @@ commit_quota_events(bool room)
 	/* portals are closed at pre-commit: SPI needs a snapshot of its own */
 	PushActiveSnapshot(GetTransactionSnapshot());
 	SPI_connect();
+	fm_execute_latest(&latest_version_stmt, NULL, NULL, 1);
+	prev_version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											   SPI_tuptable->tupdesc, 1, &isnull));
 	foreach(lc, pending_events)
 	{
 		PendingEvent *p = lfirst(lc);
@@ -623,12 +700,11 @@ commit_quota_events(bool room)
 		{
 			first_version = version;
 			single = &p->event;
-			single_version = version;
 		}
 		else
 			appendStringInfoChar(&events_json, ',');
 		last_version = version;
-		append_event_json(&events_json, &p->event, version, false);
+		append_event_json(&events_json, &p->event, version, -1, false);
 	}
 	SPI_finish();
 	PopActiveSnapshot();
@@ -636,44 +712,42 @@ commit_quota_events(bool room)
 	if (announced == 0 || !room)
 		return;
 
+	initStringInfo(&payload);
 	if (announced == 1)
 	{
-		StringInfoData payload;
-
-		initStringInfo(&payload);
-		append_event_json(&payload, single, single_version, false);
+		append_event_json(&payload, single, first_version, prev_version, false);
 		if (payload.len > FM_PAYLOAD_MAX_BYTES)
 		{
 			resetStringInfo(&payload);
-			append_event_json(&payload, single, single_version, true);
+			append_event_json(&payload, single, first_version, prev_version, true);
 		}
 		if (payload.len > FM_PAYLOAD_MAX_BYTES)
 		{
 			resetStringInfo(&payload);
-			appendStringInfo(&payload, "{\"kind\":\"%s\",\"version\":" INT64_FORMAT ",\"resync\":true}",
-							 kind_names[single->kind], single_version);
+			appendStringInfo(&payload, "{\"kind\":\"%s\",\"version\":" INT64_FORMAT
+							 ",\"prev_version\":" INT64_FORMAT ",\"resync\":true}",
+							 kind_names[single->kind], first_version, prev_version);
 		}
-		Async_Notify(FM_NOTIFY_CHANNEL, payload.data);
 	}
 	else
 	{
-		StringInfoData payload;
-
-		initStringInfo(&payload);
 		appendStringInfo(&payload,
 						 "{\"kind\":\"batch\",\"from_version\":" INT64_FORMAT
-						 ",\"to_version\":" INT64_FORMAT ",\"count\":%d,\"events\":[%s]}",
-						 first_version, last_version, announced, events_json.data);
+						 ",\"to_version\":" INT64_FORMAT ",\"prev_version\":" INT64_FORMAT
+						 ",\"count\":%d,\"events\":[%s]}",
+						 first_version, last_version, prev_version, announced,
+						 events_json.data);
 		if (payload.len > FM_PAYLOAD_MAX_BYTES)
 		{
 			resetStringInfo(&payload);
 			appendStringInfo(&payload,
 							 "{\"kind\":\"batch\",\"from_version\":" INT64_FORMAT
-							 ",\"to_version\":" INT64_FORMAT ",\"count\":%d,\"resync\":true}",
-							 first_version, last_version, announced);
+							 ",\"to_version\":" INT64_FORMAT ",\"prev_version\":" INT64_FORMAT
+							 ",\"count\":%d,\"resync\":true}",
+							 first_version, last_version, prev_version, announced);
 		}
-		Async_Notify(FM_NOTIFY_CHANNEL, payload.data);
 	}
+	Async_Notify(FM_NOTIFY_CHANNEL, payload.data);
 }
 
 /*
@@ -944,9 +1018,16 @@ fm_notify_init(void)
 }
 
 /* ---------------------------------------------------------------------
- * SQL: flagmeter.announce(kind, tenant, meter, plan, period_start, used, quota)
+ * SQL: flagmeter.announce(kind, tenant, meter, plan, period_start, used,
+ *                         quota, period, mode, thresholds)
  * ---------------------------------------------------------------------
  */
+static char *
+optional_text(FunctionCallInfo fcinfo, int argno)
+{
+	return PG_ARGISNULL(argno) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
+
 PG_FUNCTION_INFO_V1(fm_announce);
 Datum
 fm_announce(PG_FUNCTION_ARGS)
@@ -970,21 +1051,48 @@ fm_announce(PG_FUNCTION_ARGS)
 				 errmsg("invalid event kind \"%s\"", kind),
 				 errhint("Valid kinds are \"blocked\", \"unblocked\", \"limit_changed\" and \"plan_changed\".")));
 	event.kind = (FmQuotaEventKind) i;
-	event.tenant = PG_ARGISNULL(1) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(1));
-	event.meter = PG_ARGISNULL(2) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(2));
-	event.plan = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
+	event.tenant = optional_text(fcinfo, 1);
+	event.meter = optional_text(fcinfo, 2);
+	event.plan = optional_text(fcinfo, 3);
 	event.has_period = !PG_ARGISNULL(4);
 	event.period_start = event.has_period ? PG_GETARG_TIMESTAMPTZ(4) : 0;
 	event.has_usage = !PG_ARGISNULL(5);
 	event.used = event.has_usage ? PG_GETARG_INT64(5) : 0;
 	event.has_quota = !PG_ARGISNULL(6);
 	event.quota = event.has_quota ? PG_GETARG_INT64(6) : 0;
+	event.period = optional_text(fcinfo, 7);
+	event.mode = optional_text(fcinfo, 8);
+	event.nthresholds = -1;
+	if (!PG_ARGISNULL(9))
+	{
+		Datum	   *elems;
+		bool	   *elem_nulls;
+
+		deconstruct_array(PG_GETARG_ARRAYTYPE_P(9), INT4OID, 4, true, TYPALIGN_INT,
+						  &elems, &elem_nulls, &event.nthresholds);
+		if (event.nthresholds > FM_MAX_THRESHOLDS)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("too many thresholds: %d", event.nthresholds)));
+		for (i = 0; i < event.nthresholds; i++)
+		{
+			if (elem_nulls[i])
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("thresholds must not contain NULLs")));
+			event.thresholds[i] = DatumGetInt32(elems[i]);
+		}
+	}
 
 	if ((event.kind == FM_EVENT_BLOCKED || event.kind == FM_EVENT_UNBLOCKED) &&
 		(event.tenant == NULL || event.meter == NULL || !event.has_period))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s needs a tenant, a meter and a period_start", kind)));
+	if (event.kind == FM_EVENT_LIMIT_CHANGED && event.meter == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("limit_changed needs a meter")));
 
 	fm_queue_quota_event(&event);
 	PG_RETURN_VOID();

@@ -17,6 +17,9 @@
 #include "postgres.h"
 #include "datatype/timestamp.h"
 
+#include "bounds.h"
+#include "limit.h"
+
 #define FM_NOTIFY_CHANNEL		"flagmeter"
 /* payloads stay under 1 kB (docs/design.md, "Notifications") */
 #define FM_PAYLOAD_MAX_BYTES	1000
@@ -45,6 +48,13 @@ typedef struct FmQuotaEvent
 	int64		used;
 	bool		has_quota;
 	int64		quota;
+	bool		has_resets_at;	/* blocked: when the blocked period ends */
+	TimestampTz resets_at;
+	/* limit_changed: the limit in force now (absent: none) */
+	const char *period;			/* "month", ... */
+	const char *mode;			/* "hard" or "soft" */
+	int			nthresholds;	/* -1: absent */
+	int			thresholds[FM_MAX_THRESHOLDS];
 } FmQuotaEvent;
 
 extern void fm_notify_init(void);
@@ -53,14 +63,14 @@ extern void fm_notify_init(void);
 extern void fm_queue_quota_event(const FmQuotaEvent *event);
 
 /*
- * Queue what a new usage level means: thresholds reached, and "blocked"
- * for a hard limit reached.  Cheap when nothing is due: this runs on every
- * track and consume.
+ * Queue what usage level used of the period starting at period_start means
+ * under limit (which must be limited): thresholds reached, and "blocked"
+ * (with the period's end) for a hard limit reached.  Cheap when nothing is
+ * due: this runs on every track and consume.
  */
 extern void fm_queue_usage_level(const char *tenant, const char *meter,
-								 TimestampTz period_start, int64 used,
-								 int64 quota, bool hard,
-								 const int *thresholds, int nthresholds);
+								 const FmLimit *limit, TimestampTz period_start,
+								 int64 used);
 
 /*
  * Queue an invalidation of table relid: op is "insert", "update", "delete"

@@ -31,9 +31,8 @@ fm_announce_usage_level(const char *tenant, const char *meter, const FmLimit *li
 {
 	if (!limit->limited)
 		return;
-	fm_queue_usage_level(tenant, meter, period_start,
-						 fm_used_of(total, limit->aggregation), limit->quota,
-						 limit->hard, limit->thresholds, limit->nthresholds);
+	fm_queue_usage_level(tenant, meter, limit, period_start,
+						 fm_used_of(total, limit->aggregation));
 }
 
 StripeWritten

@@ -308,7 +308,7 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	bool		stripe0_first;
 	bool		voided = false;
 
-	fm_load_limit(tenant, item->meter, false, &limit);
+	fm_load_limit_any(tenant, item->meter, false, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, item->occurred_at,
 					 &period_start, &period_end);
 	memset(&p, 0, sizeof(p));
@@ -347,6 +347,7 @@ void_in_counters(const char *tenant, const VoidItem *item)
 		FmQuotaEvent event;
 
 		memset(&event, 0, sizeof(event));
+		event.nthresholds = -1;
 		event.kind = FM_EVENT_UNBLOCKED;
 		event.tenant = tenant;
 		event.meter = item->meter;

@@ -231,6 +231,8 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+	current_aggregation text;
 BEGIN
 	PERFORM flagmeter.check_name('meter', meter);
 	IF aggregation IS NULL THEN
@@ -245,13 +247,26 @@ BEGIN
 		RAISE EXCEPTION 'unit is too long' USING ERRCODE = 'string_data_right_truncation',
 			DETAIL = 'A unit is at most 63 characters.';
 	END IF;
+	-- The counters keep every figure, but "used" of the current periods,
+	-- their blocks and thresholds would change meaning at once: refused.
+	SELECT m.aggregation INTO current_aggregation FROM flagmeter.meters m
+	WHERE m.meter = define_meter.meter;
+	IF current_aggregation IS NOT NULL AND current_aggregation <> aggregation
+	   AND flagmeter.meter_has_usage(meter) THEN
+		RAISE EXCEPTION 'cannot change the aggregation of meter "%" from "%" to "%"',
+			meter, current_aggregation, aggregation
+			USING ERRCODE = 'object_in_use',
+			      DETAIL = 'The meter has recorded usage, which would be read differently at once.',
+			      HINT = 'Define a new meter, or drop this one with its usage first: '
+			             'flagmeter.drop_meter(meter, force => true).';
+	END IF;
 	INSERT INTO flagmeter.meters AS m (meter, aggregation, unit)
 	VALUES (define_meter.meter, define_meter.aggregation, define_meter.unit)
 	ON CONFLICT ON CONSTRAINT meters_pkey DO UPDATE
 		SET aggregation = EXCLUDED.aggregation, unit = EXCLUDED.unit;
 END $$;
 COMMENT ON FUNCTION flagmeter.define_meter(text, text, text) IS
-'defines a meter (aggregation sum, count, max or latest) or changes its aggregation and unit';
+'defines a meter (aggregation sum, count, max or latest) or changes its unit, or its aggregation while it has no recorded usage';
 
 CREATE FUNCTION flagmeter.define_plan(plan text)
 RETURNS void
@@ -273,9 +288,8 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-	old_period text;
+	before jsonb;
 	sorted integer[] := flagmeter.check_thresholds(thresholds);
-	t text;
 BEGIN
 	PERFORM flagmeter.check_limit_args(quota, period, mode, thresholds, false);
 	IF plan IS NULL THEN
@@ -287,8 +301,9 @@ BEGIN
 	END IF;
 	PERFORM flagmeter.check_meter_exists(meter);
 
-	SELECT l.period INTO old_period FROM flagmeter.limits l
-	WHERE l.plan = set_limit.plan AND l.meter = set_limit.meter;
+	-- the limit in force for the meter of every tenant of the plan, before
+	SELECT jsonb_object_agg(t.tenant, flagmeter.limit_configs(t.tenant, set_limit.meter))
+	INTO before FROM flagmeter.tenants t WHERE t.plan = set_limit.plan;
 
 	INSERT INTO flagmeter.limits AS l (plan, meter, quota, period, mode, thresholds)
 	VALUES (set_limit.plan, set_limit.meter, set_limit.quota, set_limit.period,
@@ -297,35 +312,27 @@ BEGIN
 		SET quota = EXCLUDED.quota, period = EXCLUDED.period, mode = EXCLUDED.mode,
 		    thresholds = EXCLUDED.thresholds, updated_at = now();
 
-	-- A new period kind moves the current period's boundaries: recount it.
-	IF COALESCE(old_period, 'month') <> period THEN
-		FOR t IN
-			SELECT tn.tenant FROM flagmeter.tenants tn
-			WHERE tn.plan = set_limit.plan
-			  AND NOT EXISTS (SELECT FROM flagmeter.overrides o
-			                  WHERE o.tenant = tn.tenant AND o.meter = set_limit.meter
-			                    AND o.period IS NOT NULL)
-		LOOP
-			PERFORM flagmeter.recount_current_period(t, meter);
-		END LOOP;
-	END IF;
-
-	-- announced at commit; a raised limit may unblock tenants of the plan
-	PERFORM flagmeter.announce('limit_changed', NULL, meter, plan);
-	PERFORM flagmeter.review_blocks(NULL, meter, plan);
+	-- the plan's own limit, then every tenant whose limit in force changed
+	PERFORM flagmeter.announce('limit_changed', NULL, meter, plan, NULL, NULL, quota,
+	                           period, mode, sorted);
+	PERFORM flagmeter.apply_limit_changes(before);
 END $$;
 COMMENT ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) IS
 'sets or replaces the limit of a plan for a meter; applies to the current period at once';
 
+-- A NULL anchor or time zone keeps the tenant's (for a tenant not assigned
+-- yet: now() and UTC): changing a tenant's plan keeps its periods, and so
+-- its usage, unless the caller moves them on purpose.
 CREATE FUNCTION flagmeter.assign_plan(tenant text, plan text,
-	anchor timestamptz DEFAULT now(), timezone text DEFAULT 'UTC')
+	anchor timestamptz DEFAULT NULL, timezone text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	before jsonb;
-	m text;
+	current_anchor timestamptz;
+	current_timezone text;
 BEGIN
 	PERFORM flagmeter.check_tenant(tenant);
 	IF plan IS NULL THEN
@@ -335,16 +342,17 @@ BEGIN
 		RAISE EXCEPTION 'plan "%" does not exist', left(plan, 64) USING ERRCODE = 'undefined_object',
 			HINT = 'Define it first with flagmeter.define_plan().';
 	END IF;
-	IF anchor IS NULL OR NOT isfinite(anchor) THEN
+	SELECT t.anchor, t.timezone INTO current_anchor, current_timezone
+	FROM flagmeter.tenants t WHERE t.tenant = assign_plan.tenant;
+	anchor := COALESCE(anchor, current_anchor, now());
+	timezone := COALESCE(timezone, current_timezone, 'UTC');
+	IF NOT isfinite(anchor) THEN
 		RAISE EXCEPTION 'anchor must be a finite timestamp' USING ERRCODE = 'invalid_parameter_value';
-	END IF;
-	IF timezone IS NULL THEN
-		RAISE EXCEPTION 'time zone must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 	-- raises "time zone ... not recognized" for a bad name
 	PERFORM flagmeter.period_bounds(anchor, 'day', anchor, timezone);
 
-	before := flagmeter.period_configs(tenant);
+	before := jsonb_build_object(tenant, flagmeter.limit_configs(tenant));
 
 	INSERT INTO flagmeter.tenants AS t (tenant, plan, anchor, timezone)
 	VALUES (assign_plan.tenant, assign_plan.plan, assign_plan.anchor, assign_plan.timezone)
@@ -352,17 +360,11 @@ BEGIN
 		SET plan = EXCLUDED.plan, anchor = EXCLUDED.anchor, timezone = EXCLUDED.timezone,
 		    assigned_at = now();
 
-	FOR m IN SELECT key FROM jsonb_each(flagmeter.period_configs(tenant)) n
-	         WHERE n.value IS DISTINCT FROM before -> n.key
-	LOOP
-		PERFORM flagmeter.recount_current_period(tenant, m);
-	END LOOP;
-
 	PERFORM flagmeter.announce('plan_changed', tenant, NULL, plan);
-	PERFORM flagmeter.review_blocks(tenant);
+	PERFORM flagmeter.apply_limit_changes(before);
 END $$;
 COMMENT ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) IS
-'puts a tenant on a plan with its billing anchor and time zone; usage of the current period is recounted when its boundaries move';
+'puts a tenant on a plan; a NULL anchor or time zone keeps the tenant''s (now() and UTC for a new tenant), so a plan change keeps its periods and usage; usage of the current period is recounted when its boundaries move';
 
 CREATE FUNCTION flagmeter.override_limit(tenant text, meter text, quota bigint,
 	period text DEFAULT NULL, mode text DEFAULT NULL, thresholds integer[] DEFAULT NULL)
@@ -382,7 +384,7 @@ BEGIN
 			HINT = 'Assign a plan first with flagmeter.assign_plan().';
 	END IF;
 
-	before := flagmeter.period_configs(tenant);
+	before := jsonb_build_object(tenant, flagmeter.limit_configs(tenant, meter));
 
 	INSERT INTO flagmeter.overrides AS o (tenant, meter, quota, period, mode, thresholds)
 	VALUES (override_limit.tenant, override_limit.meter, override_limit.quota,
@@ -391,12 +393,7 @@ BEGIN
 		SET quota = EXCLUDED.quota, period = EXCLUDED.period, mode = EXCLUDED.mode,
 		    thresholds = EXCLUDED.thresholds, updated_at = now();
 
-	IF flagmeter.period_configs(tenant) -> meter IS DISTINCT FROM before -> meter THEN
-		PERFORM flagmeter.recount_current_period(tenant, meter);
-	END IF;
-
-	PERFORM flagmeter.announce('limit_changed', tenant, meter);
-	PERFORM flagmeter.review_blocks(tenant, meter);
+	PERFORM flagmeter.apply_limit_changes(before);
 END $$;
 COMMENT ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) IS
 'gives one tenant its own limit for a meter, winning over its plan''s; NULL period, mode or thresholds inherit the plan''s';
@@ -411,21 +408,186 @@ DECLARE
 BEGIN
 	PERFORM flagmeter.check_tenant(tenant);
 	PERFORM flagmeter.check_meter_exists(meter);
-	before := flagmeter.period_configs(tenant);
+	before := jsonb_build_object(tenant, flagmeter.limit_configs(tenant, meter));
 	DELETE FROM flagmeter.overrides o
 	WHERE o.tenant = drop_override.tenant AND o.meter = drop_override.meter;
 	IF NOT FOUND THEN
 		RETURN false;
 	END IF;
-	IF flagmeter.period_configs(tenant) -> meter IS DISTINCT FROM before -> meter THEN
-		PERFORM flagmeter.recount_current_period(tenant, meter);
-	END IF;
-	PERFORM flagmeter.announce('limit_changed', tenant, meter);
-	PERFORM flagmeter.review_blocks(tenant, meter);
+	PERFORM flagmeter.apply_limit_changes(before);
 	RETURN true;
 END $$;
 COMMENT ON FUNCTION flagmeter.drop_override(text, text) IS
 'removes a tenant''s override so its plan''s limit applies again; false when there was none';
+
+-- Lifecycle: a tenant leaves its plan, a plan or a meter goes ---------------------
+
+-- The tenant leaves its plan (its overrides go with it) and is unassigned
+-- again: metered without limit in calendar months in UTC, or refused
+-- (settings.unassigned_tenants).  Its usage, events, idempotency keys and
+-- outbox rows stay unless forget_usage, which deletes them all (after the
+-- transactions that are recording for it, and before any that starts
+-- meanwhile: they wait).  Announces plan_changed without a plan,
+-- limit_changed without a quota for every meter it had a limit for, and
+-- unblocked for its blocks.
+CREATE FUNCTION flagmeter.unassign_tenant(tenant text, forget_usage boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	before jsonb;
+	assigned boolean;
+BEGIN
+	PERFORM flagmeter.check_tenant(tenant);
+	IF forget_usage IS NULL THEN
+		RAISE EXCEPTION 'forget_usage must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	before := jsonb_build_object(tenant, flagmeter.limit_configs(tenant));
+	IF forget_usage THEN
+		-- as recount_current_period: in-flight calls end first, new ones wait
+		LOCK TABLE flagmeter.counters IN SHARE ROW EXCLUSIVE MODE;
+		DELETE FROM flagmeter.counters c WHERE c.tenant = unassign_tenant.tenant;
+		DELETE FROM flagmeter.events e WHERE e.tenant = unassign_tenant.tenant;
+		DELETE FROM flagmeter.rollup_hour r WHERE r.tenant = unassign_tenant.tenant;
+		DELETE FROM flagmeter.rollup_day r WHERE r.tenant = unassign_tenant.tenant;
+		DELETE FROM flagmeter.event_keys k WHERE k.tenant = unassign_tenant.tenant;
+		DELETE FROM flagmeter.voids v WHERE v.tenant = unassign_tenant.tenant;
+		-- this transaction's own events are written at its commit, after this
+		DELETE FROM flagmeter.outbox o WHERE o.tenant = unassign_tenant.tenant;
+	END IF;
+	DELETE FROM flagmeter.tenants t WHERE t.tenant = unassign_tenant.tenant;
+	assigned := FOUND;
+	IF assigned THEN
+		PERFORM flagmeter.announce('plan_changed', tenant, NULL);
+	END IF;
+	PERFORM flagmeter.apply_limit_changes(before);
+	RETURN assigned;
+END $$;
+COMMENT ON FUNCTION flagmeter.unassign_tenant(text, boolean) IS
+'takes a tenant off its plan (its overrides go too): it is unassigned again; usage, events, idempotency keys and outbox rows stay unless forget_usage; false when it was not assigned';
+
+-- A plan goes, with its limits.  Refused while tenants are on it, unless
+-- force, which unassigns them first (as unassign_tenant, usage kept).
+CREATE FUNCTION flagmeter.drop_plan(plan text, force boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n bigint;
+	t text;
+	l record;
+BEGIN
+	PERFORM flagmeter.check_name('plan', plan);
+	IF force IS NULL THEN
+		RAISE EXCEPTION 'force must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM FROM flagmeter.plans p WHERE p.plan = drop_plan.plan FOR UPDATE;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	SELECT count(*) INTO n FROM flagmeter.tenants tn WHERE tn.plan = drop_plan.plan;
+	IF n > 0 AND NOT force THEN
+		RAISE EXCEPTION 'plan "%" is in use', plan
+			USING ERRCODE = 'dependent_objects_still_exist',
+			      DETAIL = format('Tenants on it: %s.', n),
+			      HINT = 'Move them with flagmeter.assign_plan(), or pass force => true to unassign them '
+			             '(their usage is kept).';
+	END IF;
+	FOR t IN SELECT tn.tenant FROM flagmeter.tenants tn WHERE tn.plan = drop_plan.plan ORDER BY 1 LOOP
+		PERFORM flagmeter.unassign_tenant(t);
+	END LOOP;
+	-- the plan's limits are gone
+	FOR l IN SELECT li.meter FROM flagmeter.limits li WHERE li.plan = drop_plan.plan ORDER BY 1 LOOP
+		PERFORM flagmeter.announce('limit_changed', NULL, l.meter, plan);
+	END LOOP;
+	DELETE FROM flagmeter.plans p WHERE p.plan = drop_plan.plan;
+	RETURN true;
+END $$;
+COMMENT ON FUNCTION flagmeter.drop_plan(text, boolean) IS
+'drops a plan and its limits; refused (2BP01) while tenants are on it unless force, which unassigns them (usage kept); false when there is no such plan';
+
+-- Whether a meter has recorded usage: an event in a counter row (kept for
+-- every period, ended ones compacted; a refused consume leaves an empty
+-- one) or in the rollups.
+CREATE FUNCTION flagmeter.meter_has_usage(meter text)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+SELECT EXISTS (SELECT FROM flagmeter.counters c
+               WHERE c.meter OPERATOR(pg_catalog.=) $1
+                 AND flagmeter.events(c.counter) OPERATOR(pg_catalog.>) 0)
+    OR EXISTS (SELECT FROM flagmeter.rollup_day r
+               WHERE r.meter OPERATOR(pg_catalog.=) $1
+                 AND flagmeter.events(r.counter) OPERATOR(pg_catalog.>) 0)
+$$;
+COMMENT ON FUNCTION flagmeter.meter_has_usage(text) IS
+'whether a meter has recorded usage (an event in its counters or rollups)';
+
+-- A meter goes.  Refused while a plan limits it, a tenant overrides it or
+-- usage is recorded for it, unless force, which drops its limits and
+-- overrides (limit_changed without a quota, for the plans and the tenants
+-- that had one) and unblocks its blocked tenants.  Its rows go in either
+-- case (without force only empty counters and the keys of refused
+-- consumes can be left): usage, events, idempotency keys (of a
+-- multi-meter consume, only its part), voids and announced thresholds,
+-- after the transactions recording for it (calls that start meanwhile
+-- wait, then fail with 42704).
+CREATE FUNCTION flagmeter.drop_meter(meter text, force boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	nlimits bigint;
+	noverrides bigint;
+	used boolean;
+	r record;
+BEGIN
+	PERFORM flagmeter.check_name('meter', meter);
+	IF force IS NULL THEN
+		RAISE EXCEPTION 'force must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM FROM flagmeter.meters m WHERE m.meter = drop_meter.meter FOR UPDATE;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	SELECT count(*) INTO nlimits FROM flagmeter.limits l WHERE l.meter = drop_meter.meter;
+	SELECT count(*) INTO noverrides FROM flagmeter.overrides o WHERE o.meter = drop_meter.meter;
+	used := flagmeter.meter_has_usage(meter);
+	IF (nlimits > 0 OR noverrides > 0 OR used) AND NOT force THEN
+		RAISE EXCEPTION 'meter "%" is in use', meter
+			USING ERRCODE = 'dependent_objects_still_exist',
+			      DETAIL = format('Plans limiting it: %s; tenants overriding it: %s; recorded usage: %s.',
+			                      nlimits, noverrides, CASE WHEN used THEN 'yes' ELSE 'no' END),
+			      HINT = 'Pass force => true to drop it with its limits, overrides, usage, events '
+			             'and idempotency keys.';
+	END IF;
+
+	LOCK TABLE flagmeter.counters IN SHARE ROW EXCLUSIVE MODE;
+	FOR r IN SELECT l.plan FROM flagmeter.limits l WHERE l.meter = drop_meter.meter ORDER BY 1 LOOP
+		PERFORM flagmeter.announce('limit_changed', NULL, meter, r.plan);
+	END LOOP;
+	FOR r IN SELECT e.tenant, e.plan FROM flagmeter.effective_limits e
+	         WHERE e.meter = drop_meter.meter ORDER BY 1 LOOP
+		PERFORM flagmeter.announce('limit_changed', r.tenant, meter, r.plan);
+	END LOOP;
+	DELETE FROM flagmeter.counters c WHERE c.meter = drop_meter.meter;
+	DELETE FROM flagmeter.events e WHERE e.meter = drop_meter.meter;
+	DELETE FROM flagmeter.rollup_hour h WHERE h.meter = drop_meter.meter;
+	DELETE FROM flagmeter.rollup_day d WHERE d.meter = drop_meter.meter;
+	DELETE FROM flagmeter.event_keys k WHERE k.meter = drop_meter.meter;
+	DELETE FROM flagmeter.voids v WHERE v.meter = drop_meter.meter;
+	-- so that a meter defined again under the name announces its thresholds
+	DELETE FROM flagmeter.outbox o WHERE o.meter = drop_meter.meter AND o.kind = 'threshold';
+	DELETE FROM flagmeter.meters m WHERE m.meter = drop_meter.meter;
+	-- its blocks: unblocked (the rows leave flagmeter.blocked at commit)
+	PERFORM flagmeter.review_blocks(NULL, meter);
+	RETURN true;
+END $$;
+COMMENT ON FUNCTION flagmeter.drop_meter(text, boolean) IS
+'drops a meter; refused (2BP01) while plans limit it, tenants override it or it has recorded usage, unless force, which drops those with all its usage, events and idempotency keys; false when there is no such meter';
 
 -- Helpers of the catalog API ---------------------------------------------------
 
@@ -487,16 +649,85 @@ END $$;
 COMMENT ON FUNCTION flagmeter.check_limit_args(bigint, text, text, integer[], boolean) IS
 'validates the arguments of set_limit and override_limit (inherit: NULL period, mode and thresholds allowed)';
 
--- {meter: [period, anchor, timezone]} for every meter: what decides the
--- boundaries of the tenant's periods, compared before and after a change.
-CREATE FUNCTION flagmeter.period_configs(tenant text)
+-- {meter: limit} for every meter, or for one: the limit in force for the
+-- tenant as limit_config() gives it (aggregation, plan, quota, period,
+-- mode, thresholds, anchor, timezone), compared before and after a change.
+CREATE FUNCTION flagmeter.limit_configs(tenant text, meter text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
-SELECT COALESCE(pg_catalog.jsonb_object_agg(m.meter,
-           pg_catalog.jsonb_build_array(c.period, c.anchor, c.timezone)), '{}'::pg_catalog.jsonb)
+SELECT COALESCE(pg_catalog.jsonb_object_agg(m.meter, pg_catalog.to_jsonb(c)), '{}'::pg_catalog.jsonb)
 FROM flagmeter.meters m
 CROSS JOIN LATERAL flagmeter.limit_config($1, m.meter) c
+WHERE $2 IS NULL OR m.meter OPERATOR(pg_catalog.=) $2
 $$;
-COMMENT ON FUNCTION flagmeter.period_configs(text) IS
-'per meter, the period kind, anchor and time zone that bound a tenant''s periods';
+COMMENT ON FUNCTION flagmeter.limit_configs(text, text) IS
+'per meter (or for one meter), the limit in force for a tenant with its period, anchor and time zone, as jsonb';
+
+-- What follows a change of the configuration, for every tenant and meter of
+-- before ({tenant: {meter: limit}}, limit_configs() taken before the
+-- change) whose limit in force is now different:
+--   - the current period is recounted when its boundaries moved (period
+--     kind, anchor or time zone);
+--   - "limit_changed" is announced with the limit now in force (no quota:
+--     unlimited) when the quota, period, mode or thresholds changed;
+--   - tenants no longer at a hard limit are unblocked (review_blocks), and
+--     then what the current usage reaches under the new limit is announced
+--     (review_usage): thresholds not announced in the period yet, and
+--     "blocked" at a hard limit now at or below the usage.
+-- Unblocking comes first, so that a tenant unblocked in a period that
+-- moved and blocked in the new one ends blocked, in version order too.
+CREATE FUNCTION flagmeter.apply_limit_changes(before jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	r record;
+	changed_tenants text[] := '{}';
+	changed_meters text[] := '{}';
+BEGIN
+	FOR r IN
+		SELECT b.tenant, m.meter, m.old, to_jsonb(c) AS new
+		FROM jsonb_each(COALESCE(before, '{}')) b(tenant, limits)
+		CROSS JOIN jsonb_each(b.limits) m(meter, old)
+		CROSS JOIN LATERAL flagmeter.limit_config(b.tenant, m.meter) c
+		WHERE m.old IS DISTINCT FROM to_jsonb(c)
+		ORDER BY 1, 2
+	LOOP
+		IF (r.old -> 'period', r.old -> 'anchor', r.old -> 'timezone')
+		   IS DISTINCT FROM (r.new -> 'period', r.new -> 'anchor', r.new -> 'timezone') THEN
+			PERFORM flagmeter.recount_current_period(r.tenant, r.meter);
+		END IF;
+		IF (r.old -> 'quota', r.old -> 'period', r.old -> 'mode', r.old -> 'thresholds')
+		   IS DISTINCT FROM (r.new -> 'quota', r.new -> 'period', r.new -> 'mode', r.new -> 'thresholds')
+		   AND (r.old ->> 'quota' IS NOT NULL OR r.new ->> 'quota' IS NOT NULL) THEN
+			IF r.new ->> 'quota' IS NULL THEN
+				PERFORM flagmeter.announce('limit_changed', r.tenant, r.meter, r.new ->> 'plan');
+			ELSE
+				PERFORM flagmeter.announce('limit_changed', r.tenant, r.meter, r.new ->> 'plan',
+				            NULL, NULL, (r.new ->> 'quota')::bigint, r.new ->> 'period', r.new ->> 'mode',
+				            ARRAY(SELECT jsonb_array_elements_text(r.new -> 'thresholds')::integer));
+			END IF;
+		END IF;
+		changed_tenants := changed_tenants || r.tenant;
+		changed_meters := changed_meters || r.meter;
+	END LOOP;
+
+	FOR r IN
+		SELECT DISTINCT bl.tenant FROM flagmeter.blocked bl
+		WHERE bl.tenant IN (SELECT jsonb_object_keys(COALESCE(before, '{}')))
+		ORDER BY 1
+	LOOP
+		PERFORM flagmeter.review_blocks(r.tenant);
+	END LOOP;
+
+	FOR r IN
+		SELECT u.tenant, u.meter FROM unnest(changed_tenants, changed_meters) u(tenant, meter)
+		WHERE EXISTS (SELECT FROM flagmeter.counters c WHERE c.tenant = u.tenant AND c.meter = u.meter)
+	LOOP
+		PERFORM flagmeter.review_usage(r.tenant, r.meter);
+	END LOOP;
+END $$;
+COMMENT ON FUNCTION flagmeter.apply_limit_changes(jsonb) IS
+'after a configuration change: recounts moved periods, announces limit_changed with the new limit, unblocks and blocks, and announces thresholds now reached, for each tenant and meter of before whose limit in force changed';

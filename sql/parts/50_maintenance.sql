@@ -32,21 +32,32 @@ CREATE TABLE flagmeter.settings (
 		CONSTRAINT settings_retention_positive CHECK (retention OPERATOR(pg_catalog.>=) '1 day'::interval),
 	partitions_ahead	integer NOT NULL DEFAULT 3
 		CONSTRAINT settings_partitions_ahead_range
-		CHECK (partitions_ahead OPERATOR(pg_catalog.>=) 1 AND partitions_ahead OPERATOR(pg_catalog.<=) 60)
+		CHECK (partitions_ahead OPERATOR(pg_catalog.>=) 1 AND partitions_ahead OPERATOR(pg_catalog.<=) 60),
+	-- what the calls do for a tenant never assigned a plan: meter it without
+	-- limit, or refuse the call (QT001); read by the calls from their cached
+	-- configuration (src/limit_lookup.c), hence the trigger below
+	unassigned_tenants	text NOT NULL DEFAULT 'unlimited'
+		CONSTRAINT settings_unassigned_tenants_valid
+		CHECK (unassigned_tenants OPERATOR(pg_catalog.=) ANY (ARRAY['unlimited', 'refuse']))
 );
 COMMENT ON TABLE flagmeter.settings IS
-'settings of maintain() when changed from the defaults (see flagmeter.configure and flagmeter.current_settings)';
+'settings of maintain() and of the calls when changed from the defaults (see flagmeter.configure and flagmeter.current_settings)';
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.settings', '');
+-- the calls cache unassigned_tenants with the limits: a change empties the caches
+CREATE TRIGGER settings_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON flagmeter.settings
+	FOR EACH STATEMENT EXECUTE FUNCTION flagmeter.config_changed();
 
 CREATE VIEW flagmeter.current_settings AS
 SELECT COALESCE(s.retention, '90 days'::interval) AS retention,
-       COALESCE(s.partitions_ahead, 3) AS partitions_ahead
+       COALESCE(s.partitions_ahead, 3) AS partitions_ahead,
+       COALESCE(s.unassigned_tenants, 'unlimited') AS unassigned_tenants
 FROM (VALUES (true)) AS one(singleton)
 LEFT JOIN flagmeter.settings s ON s.singleton;
 COMMENT ON VIEW flagmeter.current_settings IS
-'the settings in force: retention of raw events, idempotency keys, voids and outbox rows (the idempotency window), and how many daily partitions to create ahead';
+'the settings in force: retention of raw events, idempotency keys, voids and outbox rows (the idempotency window), how many daily partitions to create ahead, and what the calls do for a tenant never assigned a plan (unlimited or refuse)';
 
-CREATE FUNCTION flagmeter.configure(retention interval DEFAULT NULL, partitions_ahead integer DEFAULT NULL)
+CREATE FUNCTION flagmeter.configure(retention interval DEFAULT NULL, partitions_ahead integer DEFAULT NULL,
+	unassigned_tenants text DEFAULT NULL)
 RETURNS flagmeter.current_settings
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -62,16 +73,23 @@ BEGIN
 		RAISE EXCEPTION 'partitions_ahead must be between 1 and 60: %', partitions_ahead
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	INSERT INTO flagmeter.settings AS s (retention, partitions_ahead)
-	SELECT COALESCE(configure.retention, c.retention), COALESCE(configure.partitions_ahead, c.partitions_ahead)
+	IF unassigned_tenants IS NOT NULL AND NOT unassigned_tenants = ANY (ARRAY['unlimited', 'refuse']) THEN
+		RAISE EXCEPTION 'invalid unassigned_tenants "%"', left(unassigned_tenants, 64)
+			USING ERRCODE = 'invalid_parameter_value',
+			      HINT = 'Valid values are "unlimited" (metered without limit) and "refuse".';
+	END IF;
+	INSERT INTO flagmeter.settings AS s (retention, partitions_ahead, unassigned_tenants)
+	SELECT COALESCE(configure.retention, c.retention), COALESCE(configure.partitions_ahead, c.partitions_ahead),
+	       COALESCE(configure.unassigned_tenants, c.unassigned_tenants)
 	FROM flagmeter.current_settings c
 	ON CONFLICT ON CONSTRAINT settings_pkey DO UPDATE
-		SET retention = EXCLUDED.retention, partitions_ahead = EXCLUDED.partitions_ahead;
+		SET retention = EXCLUDED.retention, partitions_ahead = EXCLUDED.partitions_ahead,
+		    unassigned_tenants = EXCLUDED.unassigned_tenants;
 	SELECT * INTO result FROM flagmeter.current_settings;
 	RETURN result;
 END $$;
-COMMENT ON FUNCTION flagmeter.configure(interval, integer) IS
-'changes the settings of maintain() (NULL keeps a setting) and returns the settings in force';
+COMMENT ON FUNCTION flagmeter.configure(interval, integer, text) IS
+'changes the settings (NULL keeps a setting): retention, partitions_ahead, and unassigned_tenants (unlimited: a tenant never assigned a plan is metered without limit; refuse: calls for it fail with QT001); returns the settings in force';
 
 CREATE TABLE flagmeter.maintenance_state (
 	singleton			boolean PRIMARY KEY DEFAULT true CONSTRAINT maintenance_state_singleton CHECK (singleton),
@@ -443,9 +461,11 @@ BEGIN
 	-- A threshold row is what makes a threshold announced once per period:
 	-- it goes only when its period has surely ended (the longest periods
 	-- but lifetime last a year); lifetime thresholds stay.
+	-- Events skipped under backpressure stay until a hint announced them.
 	DELETE FROM flagmeter.outbox o
 	WHERE o.created_at < cutoff
-	  AND (o.kind <> 'threshold' OR o.period_start < cutoff - interval '1 year 1 day');
+	  AND (o.kind <> 'threshold' OR o.period_start < cutoff - interval '1 year 1 day')
+	  AND (o.notified OR o.version <= (SELECT m.resync_sent_through FROM flagmeter.maintenance_state m));
 	DELETE FROM flagmeter.notification_skips k WHERE k.skipped_at < cutoff;
 
 	-- Last, since they hold table locks until the commit that follows.

@@ -26,6 +26,10 @@ CREATE TABLE flagmeter.outbox (
 	threshold		integer,
 	used			bigint,
 	quota			bigint,
+	resets_at		timestamptz,
+	period			text,
+	mode			text,
+	thresholds		integer[],
 	notified		boolean NOT NULL
 );
 -- a threshold is announced once per tenant, meter and period
@@ -33,17 +37,18 @@ CREATE UNIQUE INDEX outbox_threshold_once ON flagmeter.outbox (tenant, meter, pe
 	WHERE kind OPERATOR(pg_catalog.=) 'threshold'::pg_catalog.text;
 CREATE INDEX outbox_created_at ON flagmeter.outbox USING brin (created_at);
 COMMENT ON TABLE flagmeter.outbox IS
-'every quota event (threshold reached, blocked, unblocked, limit or plan changed) with a version in commit order; notified is false when the notification was skipped under backpressure';
+'every quota event (threshold reached, blocked, unblocked, limit or plan changed) with a version in commit order; resets_at: when a blocked period ends; quota, period, mode, thresholds of limit_changed: the limit now in force; notified is false when the notification was skipped under backpressure';
 
 CREATE TABLE flagmeter.blocked (
 	tenant			text NOT NULL,
 	meter			text NOT NULL,
 	period_start	timestamptz NOT NULL,
 	blocked_at		timestamptz NOT NULL,
+	resets_at		timestamptz,
 	PRIMARY KEY (tenant, meter, period_start)
 );
 COMMENT ON TABLE flagmeter.blocked IS
-'tenants whose usage reached a hard limit in a period, until a void, a limit change or the end of the period brings them back under it';
+'tenants whose usage reached a hard limit in a period, until a void, a limit change or the end of the period (resets_at, NULL for lifetime) brings them back under it';
 
 CREATE TABLE flagmeter.notification_skips (
 	skipped_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
@@ -58,12 +63,21 @@ SELECT pg_catalog.pg_extension_config_dump('flagmeter.outbox_version', '');
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.blocked', '');
 
 CREATE FUNCTION flagmeter.announce(kind text, tenant text, meter text, plan text DEFAULT NULL,
-	period_start timestamptz DEFAULT NULL, used bigint DEFAULT NULL, quota bigint DEFAULT NULL)
+	period_start timestamptz DEFAULT NULL, used bigint DEFAULT NULL, quota bigint DEFAULT NULL,
+	period text DEFAULT NULL, mode text DEFAULT NULL, thresholds integer[] DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'fm_announce'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
-COMMENT ON FUNCTION flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint) IS
-'queues a quota event (blocked, unblocked, limit_changed, plan_changed) to be recorded and announced when the transaction commits';
+COMMENT ON FUNCTION flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[]) IS
+'queues a quota event (blocked, unblocked, limit_changed, plan_changed) to be recorded and announced when the transaction commits; quota, period, mode and thresholds of limit_changed give the limit now in force';
+
+-- What the current usage reaches after a configuration change (src/review.c).
+CREATE FUNCTION flagmeter.review_usage(tenant text, meter text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'fm_review_usage'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.review_usage(text, text) IS
+'queues the thresholds and the blocked event that the current period''s usage of a tenant and meter reaches under the limit in force (after a configuration change), announced at commit';
 
 -- Unblocks the blocked tenants (optionally of one tenant, meter or plan)
 -- whose usage is back under their hard limit, or whose period has ended,
@@ -90,8 +104,9 @@ BEGIN
 		ORDER BY 1, 2, 3
 	LOOP
 		SELECT * INTO cfg FROM flagmeter.limit_config(b.tenant, b.meter);
-		-- the usage of the blocked period (lifetime periods start at -infinity)
-		used := CASE WHEN cfg.aggregation IS NULL THEN NULL
+		-- the usage of the blocked period (lifetime periods start at -infinity);
+		-- none for a tenant with no plan any more, whose usage() may be refused
+		used := CASE WHEN cfg.aggregation IS NULL OR cfg.plan IS NULL THEN NULL
 		             ELSE flagmeter.used_by(flagmeter.usage(b.tenant, b.meter,
 		                      CASE WHEN isfinite(b.period_start) THEN b.period_start ELSE now() END),
 		                      cfg.aggregation) END;
@@ -110,7 +125,11 @@ COMMENT ON FUNCTION flagmeter.review_blocks(text, text, text) IS
 
 -- After notifications were skipped under backpressure (quota events kept in
 -- the outbox, or invalidations), one hint tells app instances to resync,
--- once the queue has room again.
+-- once the queue has room again: {"kind":"resync","version":S} where S is
+-- the greatest version skipped so far, with "invalidations":true when
+-- invalidations were skipped since the last hint.  An instance whose last
+-- version is below S replays changes_since(its version).  (One that
+-- received a later notification already saw the gap in its prev_version.)
 CREATE FUNCTION flagmeter.send_resync_hint()
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -119,6 +138,7 @@ AS $$
 DECLARE
 	state flagmeter.current_state;
 	skipped_through bigint;
+	invalidations boolean;
 	limit_setting double precision :=
 		COALESCE(current_setting('flagmeter.notify_queue_limit', true)::double precision, 0.5);
 BEGIN
@@ -126,23 +146,23 @@ BEGIN
 	SELECT max(o.version) INTO skipped_through
 	FROM flagmeter.outbox o
 	WHERE NOT o.notified AND o.version > state.resync_sent_through;
-	IF skipped_through IS NULL
-	   AND NOT EXISTS (SELECT FROM flagmeter.notification_skips k
-	                   WHERE k.skipped_at > COALESCE(state.resync_sent_at, '-infinity'))
-	THEN
+	invalidations := EXISTS (SELECT FROM flagmeter.notification_skips k
+	                         WHERE k.skipped_at > COALESCE(state.resync_sent_at, '-infinity'));
+	IF skipped_through IS NULL AND NOT invalidations THEN
 		RETURN false;
 	END IF;
 	IF pg_notification_queue_usage() > limit_setting THEN
 		RETURN false;
 	END IF;
 	skipped_through := COALESCE(skipped_through, state.resync_sent_through);
-	PERFORM pg_notify('flagmeter', format('{"kind":"resync","version":%s}', skipped_through));
+	PERFORM pg_notify('flagmeter', format('{"kind":"resync","version":%s%s}', skipped_through,
+	                                      CASE WHEN invalidations THEN ',"invalidations":true' ELSE '' END));
 	UPDATE flagmeter.maintenance_state
 	SET resync_sent_through = skipped_through, resync_sent_at = now();
 	RETURN true;
 END $$;
 COMMENT ON FUNCTION flagmeter.send_resync_hint() IS
-'sends one "resync" notification when quota events were not announced or invalidations were skipped (backpressure) and the queue has room again';
+'sends one "resync" notification ({"kind":"resync","version":S}, S the greatest skipped version, "invalidations":true when invalidations were skipped) when notifications were skipped under backpressure and the queue has room again';
 
 CREATE FUNCTION flagmeter.changes_since(version bigint)
 RETURNS SETOF flagmeter.outbox

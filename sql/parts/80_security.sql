@@ -54,7 +54,8 @@
 --       flagmeter.drop_override(text, text),
 --       flagmeter.recount_current_period(text, text),
 --       flagmeter.review_blocks(text, text, text),
---       flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint),
+--       flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[]),
+--       flagmeter.review_usage(text, text), flagmeter.apply_limit_changes(jsonb),
 --       flagmeter.usage(text, text, timestamptz) TO billing_admin;
 --   GRANT SELECT, INSERT, UPDATE, DELETE ON flagmeter.meters, flagmeter.plans,
 --       flagmeter.limits, flagmeter.tenants, flagmeter.overrides,
@@ -99,7 +100,8 @@ REVOKE ALL ON FUNCTION flagmeter.check(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.limit_in_force(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.usage(text, text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.void(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.review_usage(text, text) FROM PUBLIC;
 
 -- Configuration.
 REVOKE ALL ON FUNCTION flagmeter.define_meter(text, text, text) FROM PUBLIC;
@@ -108,8 +110,12 @@ REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integ
 REVOKE ALL ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_override(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.unassign_tenant(text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.drop_plan(text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.drop_meter(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.recount_current_period(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.review_blocks(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.apply_limit_changes(jsonb) FROM PUBLIC;
 
 -- Maintenance, run as the owner.
 REVOKE ALL ON FUNCTION flagmeter.maintain() FROM PUBLIC;
@@ -121,6 +127,6 @@ REVOKE ALL ON FUNCTION flagmeter.drop_expired_partitions(xid8) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.send_resync_hint() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.schedule(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.unschedule() FROM PUBLIC;
-REVOKE ALL ON FUNCTION flagmeter.configure(interval, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.configure(interval, integer, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.after_restore() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.index_event_partition(regclass) FROM PUBLIC;

@@ -248,3 +248,57 @@ SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
 	($$SELECT track_batch(ARRAY['a', 'a'], ARRAY['tokens', 'tokens'], ARRAY[9223372036854775807, 1])$$)
 ) v(sql);
 SELECT count(*) - :events_before AS events_written FROM events;
+
+-- Changing a tenant's plan mid-period (issue 15): the anchor and time zone
+-- stay, so the period and its usage stay; the new plan's limit applies at
+-- once; thresholds of the new quota that the usage reaches are announced,
+-- and a hard limit now below the usage blocks at once.  Only an anchor
+-- passed on purpose moves the periods (and restarts the count here).
+SELECT define_plan('starter'), set_limit('starter', 'api_calls', 200),
+       define_plan('growth'), set_limit('growth', 'api_calls', 1000),
+       define_plan('tiny'), set_limit('tiny', 'api_calls', 100);
+SELECT assign_plan('mover', 'starter', now() - interval '3 days', 'Europe/Berlin');
+SELECT track('mover', 'api_calls', 110);
+SELECT anchor AS mover_anchor FROM tenants WHERE tenant = 'mover' \gset
+SELECT assign_plan('mover', 'growth');
+SELECT plan, anchor = :'mover_anchor' AS anchor_kept, timezone FROM tenants WHERE tenant = 'mover';
+SELECT granted, used, quota, remaining FROM flagmeter.check('mover', 'api_calls', 1);
+SELECT assign_plan('mover', 'tiny');
+SELECT granted, used, quota FROM flagmeter.check('mover', 'api_calls', 1);
+SELECT kind, threshold, used, quota FROM outbox
+WHERE tenant = 'mover' AND kind <> 'plan_changed' ORDER BY version;
+SELECT assign_plan('mover', 'growth', now(), 'UTC');
+SELECT used, quota FROM flagmeter.check('mover', 'api_calls', 0);
+
+-- Tenants never assigned a plan (issue 15): metered without limit by
+-- default; with configure(unassigned_tenants => 'refuse') every call for
+-- one fails with QT001 and writes nothing (a typo such as 'Acme' or
+-- 'acme ' is caught), while void still corrects what such a tenant
+-- recorded before.  The setting is read from the calls' cached
+-- configuration, emptied by any change of flagmeter.settings.
+SELECT granted, quota FROM consume('Mover', 'api_calls', 1);
+SELECT track('stranger2', 'api_calls', 4, idempotency_key => 'before-refuse');
+SELECT unassigned_tenants FROM configure(unassigned_tenants => 'refuse');
+SELECT count(*) AS events_before FROM events \gset
+SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
+	($$SELECT track('Mover', 'api_calls', 1)$$),
+	($$SELECT track('mover ', 'api_calls', 1)$$),
+	($$SELECT track_batch(ARRAY['mover', 'Mover'], ARRAY['api_calls', 'api_calls'], ARRAY[1, 1])$$),
+	($$SELECT consume('Mover', 'api_calls', 1)$$),
+	($$SELECT consume('Mover', 'api_calls', 1, 'k-refused')$$),
+	($$SELECT consume('Mover', ARRAY['api_calls', 'tokens'], ARRAY[1, 1])$$),
+	($$SELECT flagmeter.check('Mover', 'api_calls')$$),
+	($$SELECT usage('Mover', 'api_calls')$$),
+	($$SELECT limit_in_force('Mover', 'api_calls')$$),
+	($$SELECT track('mover', 'api_calls', 1)$$),
+	($$SELECT void('stranger2', 'before-refuse')$$)
+) v(sql);
+SELECT count(*) - :events_before AS events_written FROM events;	-- mover's one track
+SELECT count(*) AS keys_written FROM event_keys WHERE idempotency_key = 'k-refused';
+SELECT granted FROM consume('Acme', 'api_calls', 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT unassigned_tenants FROM configure(retention => '90 days');	-- kept
+SELECT configure(unassigned_tenants => 'sometimes');
+SELECT unassigned_tenants FROM configure(unassigned_tenants => 'unlimited');
+SELECT granted, quota FROM consume('Mover', 'api_calls', 1);
+

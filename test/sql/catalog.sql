@@ -71,11 +71,19 @@ SELECT assign_plan(NULL, 'free');
 SELECT assign_plan('', 'free');
 SELECT assign_plan(repeat('t', 257), 'free');
 SELECT assign_plan('acme', 'free', 'infinity');
-SELECT assign_plan('acme', 'free', NULL);
 SELECT assign_plan('acme', 'free', now(), 'Mars/Olympus_Mons');
 SELECT assign_plan('acme', 'free', now(), '');
-SELECT assign_plan('acme', 'free', now(), NULL);
 SELECT tenant, plan, anchor, timezone FROM tenants WHERE tenant = 'acme';
+-- A NULL (or omitted) anchor or time zone keeps the tenant's: changing its
+-- plan does not move its periods.  A new tenant gets now() and UTC.
+SELECT assign_plan('acme', 'pro'), assign_plan('acme', 'free', NULL, NULL);
+SELECT assign_plan('acme', 'free', timezone => 'Asia/Tokyo');
+SELECT tenant, plan, anchor, timezone FROM tenants WHERE tenant = 'acme';
+SELECT assign_plan('acme', 'free', '2026-01-31 10:00:00+00', 'Europe/Berlin');
+BEGIN;
+SELECT assign_plan('newbie', 'free');
+SELECT plan, anchor = now() AS anchor_now, timezone FROM tenants WHERE tenant = 'newbie';
+COMMIT;
 
 -- Overrides
 SELECT override_limit('acme', 'api_calls', 5000);
@@ -139,3 +147,86 @@ FROM pg_extension e, unnest(e.extconfig) AS cfg(oid)
 JOIN pg_class c ON c.oid = cfg.oid
 WHERE e.extname = 'flagmeter'
 ORDER BY 1;
+
+-- Lifecycle (issue 15): a tenant leaves its plan, a plan or a meter goes,
+-- and a meter with usage keeps its aggregation.
+SELECT define_meter('calls'), define_meter('spare'), define_plan('basic'),
+       set_limit('basic', 'calls', 10, 'lifetime'), define_plan('empty');
+SELECT assign_plan('leaver', 'basic'), override_limit('leaver', 'calls', 5);
+SELECT track('leaver', 'calls', 6, idempotency_key => 'l-1'),
+       (consume('leaver', 'calls', 1, 'l-2')).granted AS refused_at_5;
+SELECT latest_version() AS before_leave \gset
+
+-- define_meter cannot change how recorded usage is read ...
+SELECT define_meter('calls', 'max');
+-- ... but changes the unit, and the aggregation of a meter without usage
+SELECT define_meter('calls', 'sum', 'call'), define_meter('spare', 'count');
+SELECT meter, aggregation, unit FROM meters WHERE meter IN ('calls', 'spare') ORDER BY 1;
+
+-- unassign_tenant: the plan and overrides go, the usage, events, keys and
+-- outbox rows stay; it is announced as a plan change without a plan, a
+-- limit change without a quota, and unblocked
+SELECT unassign_tenant('leaver');
+SELECT unassign_tenant('leaver');			-- not assigned any more
+SELECT (SELECT count(*) FROM tenants WHERE tenant = 'leaver') AS tenant_rows,
+       (SELECT count(*) FROM overrides WHERE tenant = 'leaver') AS overrides,
+       (SELECT count(*) FROM events WHERE tenant = 'leaver') AS events,
+       (SELECT count(*) FROM event_keys WHERE tenant = 'leaver') AS keys,
+       (SELECT count(*) FROM blocked WHERE tenant = 'leaver') AS blocked;
+SELECT kind, tenant, meter, plan, used, quota FROM outbox
+WHERE version > :before_leave ORDER BY version;
+SELECT granted, used, quota FROM flagmeter.check('leaver', 'calls', 1);	-- unlimited now
+SELECT granted, used FROM consume('leaver', 'calls', 1, 'l-2');	-- a retry: the answer given
+-- forget_usage deletes everything recorded for the tenant
+SELECT assign_plan('forgotten', 'basic'), track('forgotten', 'calls', 3, idempotency_key => 'f-1');
+SELECT maintain() IS NOT NULL AS folded;
+SELECT unassign_tenant('forgotten', forget_usage => true);
+SELECT (SELECT count(*) FROM counters WHERE tenant = 'forgotten') AS counters,
+       (SELECT count(*) FROM events WHERE tenant = 'forgotten') AS events,
+       (SELECT count(*) FROM rollup_day WHERE tenant = 'forgotten') AS rollups,
+       (SELECT count(*) FROM event_keys WHERE tenant = 'forgotten') AS keys,
+       (SELECT string_agg(kind, ',' ORDER BY version) FROM outbox WHERE tenant = 'forgotten') AS outbox;
+SELECT unassign_tenant(NULL);
+SELECT unassign_tenant('', true);
+SELECT unassign_tenant('leaver', NULL);
+
+-- drop_plan: refused while tenants are on it, unless force (which unassigns
+-- them, usage kept); false for no such plan
+SELECT assign_plan('stayer', 'basic');
+SELECT drop_plan('basic');
+SELECT drop_plan('empty'), drop_plan('empty'), drop_plan('never');
+SELECT latest_version() AS before_drop \gset
+SELECT drop_plan('basic', force => true);
+SELECT kind, tenant, meter, plan, quota FROM outbox WHERE version > :before_drop ORDER BY version;
+SELECT (SELECT count(*) FROM plans WHERE plan = 'basic') AS plans,
+       (SELECT count(*) FROM limits WHERE plan = 'basic') AS limits,
+       (SELECT count(*) FROM tenants WHERE tenant = 'stayer') AS stayer_assigned;
+SELECT drop_plan(NULL);
+SELECT drop_plan('a/b');
+
+-- drop_meter: refused while limited, overridden or with usage, unless
+-- force, which drops all of it; a meter never used drops without force
+SELECT define_plan('metered'), set_limit('metered', 'calls', 2, 'lifetime'),
+       assign_plan('blockee', 'metered');
+SELECT track('blockee', 'calls', 2, idempotency_key => 'm-1');
+SELECT meter, granted FROM consume('blockee', ARRAY['calls', 'spare'], ARRAY[1, 1], 'm-2');
+SELECT drop_meter('calls');
+SELECT latest_version() AS before_meter \gset
+SELECT drop_meter('calls', force => true);
+SELECT kind, tenant, meter, plan, quota FROM outbox WHERE version > :before_meter ORDER BY version;
+SELECT (SELECT count(*) FROM counters WHERE meter = 'calls') AS counters,
+       (SELECT count(*) FROM events WHERE meter = 'calls') AS events,
+       (SELECT count(*) FROM event_keys WHERE meter = 'calls') AS keys,
+       (SELECT count(*) FROM event_keys WHERE idempotency_key = 'm-2') AS other_meters_keys,
+       (SELECT count(*) FROM limits WHERE meter = 'calls') AS limits,
+       (SELECT count(*) FROM blocked WHERE meter = 'calls') AS blocked,
+       (SELECT count(*) FROM outbox WHERE meter = 'calls' AND kind = 'threshold') AS thresholds;
+SELECT track('blockee', 'calls');			-- gone
+SELECT define_meter('unused'), drop_meter('unused'), drop_meter('unused');
+SELECT drop_meter(NULL);
+SELECT drop_meter('spare', NULL);
+-- spare was only named by the refused consume: no usage, it drops without
+-- force, and its empty counter and its part of the key go with it
+SELECT drop_meter('spare');
+SELECT (SELECT count(*) FROM counters WHERE meter = 'spare') AS counters,
+       (SELECT count(*) FROM event_keys WHERE idempotency_key = 'm-2') AS keys;

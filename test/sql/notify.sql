@@ -40,7 +40,7 @@ SELECT track('globex', 'calls', 10);
 ROLLBACK TO SAVEPOINT s;
 SELECT track('globex', 'calls', 2);
 COMMIT;
-SELECT count(*) AS globex_events FROM outbox WHERE tenant = 'globex' AND kind <> 'plan_changed';
+SELECT count(*) AS globex_events FROM outbox WHERE tenant = 'globex' AND kind NOT IN ('plan_changed', 'limit_changed');
 
 -- Raising the limit unblocks; changes are recorded with the plan
 SELECT set_limit('small', 'calls', 100, 'lifetime', 'hard', '{50,80,100}');
@@ -50,8 +50,14 @@ SELECT count(*) AS still_blocked FROM blocked;
 
 -- Overrides and plan moves are recorded too
 SELECT define_plan('big'), override_limit('acme', 'calls', 5);
+SELECT latest_version() AS before_move \gset
+-- big has no limit for calls: the override stays, now counted in months (the
+-- override inherits the period) from acme's anchor, which stays, so its
+-- usage stays, and is over 5: blocked in the new period, unblocked in the
+-- old one first
 SELECT assign_plan('acme', 'big');
-SELECT kind, tenant, meter, plan FROM outbox ORDER BY version DESC LIMIT 2;
+SELECT kind, tenant, meter, plan, threshold, used, quota, period FROM outbox
+WHERE version > :before_move ORDER BY version;
 
 -- Resync: versions are consecutive in commit order; changes_since replays
 SELECT count(*) AS all_events, min(version) AS first, max(version) AS last FROM outbox;
@@ -76,6 +82,36 @@ SELECT granted, used FROM consume('hooli', 'calls', 10);
 SELECT granted, used FROM consume('hooli', 'calls', 1);
 SELECT count(*) AS hooli_blocked FROM blocked WHERE tenant = 'hooli';
 SELECT kind, threshold, used, quota FROM outbox WHERE tenant = 'hooli' ORDER BY version;
+
+-- limit_changed carries the limit now in force: the plan's own (no tenant)
+-- from set_limit, and one per tenant whose limit changed, so that an app
+-- instance needs no reload query; no quota means no limit any more.
+SELECT define_plan('monthly'), set_limit('monthly', 'calls', 10, 'month', 'hard', '{80,100}'),
+       assign_plan('umbrella', 'monthly', '2026-01-15 00:00:00+00', 'UTC');
+SELECT kind, tenant, meter, plan, quota, period, mode, thresholds FROM outbox
+WHERE version > (SELECT max(version) FROM outbox WHERE tenant = 'hooli') ORDER BY version;
+SELECT track('umbrella', 'calls', 8);
+-- Lowering the limit below the usage blocks at once (every consume would be
+-- refused and record nothing, so nothing else would say so), and every
+-- blocked event says when the block ends by itself: the end of the period.
+SELECT override_limit('umbrella', 'calls', 5);
+SELECT kind, meter, threshold, used, quota, period, mode, thresholds,
+       resets_at = (SELECT period_end FROM period_bounds(now(), 'month', '2026-01-15 00:00:00+00', 'UTC'))
+         AS resets_at_period_end
+FROM outbox WHERE tenant = 'umbrella' ORDER BY version;
+SELECT meter, resets_at = (SELECT period_end FROM period_bounds(now(), 'month', '2026-01-15 00:00:00+00', 'UTC'))
+         AS resets_at_period_end
+FROM blocked WHERE tenant = 'umbrella';
+SELECT granted, used, quota FROM consume('umbrella', 'calls', 1);
+-- Dropping the override gives the plan's limit back: unblocked, and the
+-- limit it has now
+SELECT drop_override('umbrella', 'calls');
+SELECT kind, used, quota, period, mode, thresholds, resets_at IS NULL AS no_resets_at
+FROM outbox WHERE tenant = 'umbrella' ORDER BY version DESC LIMIT 2;
+-- A limit of a plan changed to the same values announces the plan's limit
+-- only: no tenant's limit in force changed
+SELECT set_limit('monthly', 'calls', 10, 'month', 'hard', '{80,100}');
+SELECT kind, tenant, quota FROM outbox ORDER BY version DESC LIMIT 1;
 
 -- Stats
 SELECT notifications_sent > 0 AS sent, notifications_skipped, blocked FROM stats;

@@ -340,7 +340,9 @@ GRANT EXECUTE ON FUNCTION
 	flagmeter.recount_current_period(pg_catalog.text, pg_catalog.text),
 	flagmeter.review_blocks(pg_catalog.text, pg_catalog.text, pg_catalog.text),
 	flagmeter.announce(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
-	                   pg_catalog.timestamptz, bigint, bigint),
+	                   pg_catalog.timestamptz, bigint, bigint, pg_catalog.text, pg_catalog.text, integer[]),
+	flagmeter.review_usage(pg_catalog.text, pg_catalog.text),
+	flagmeter.apply_limit_changes(pg_catalog.jsonb),
 	flagmeter.usage(pg_catalog.text, pg_catalog.text, pg_catalog.timestamptz) TO regress_flagmeter_admin;
 GRANT SELECT, INSERT, UPDATE, DELETE ON flagmeter.meters, flagmeter.plans, flagmeter.limits,
 	flagmeter.tenants, flagmeter.overrides, flagmeter.counters TO regress_flagmeter_admin;

@@ -17,7 +17,12 @@
 #     row for each;
 #   - a listener that disconnects, and reconnects later, gets from
 #     flagmeter.changes_since(last version it saw) exactly the events the
-#     other listener received meanwhile, in the same (version) order.
+#     other listener received meanwhile, in the same (version) order;
+#   - a blocked event carries resets_at, the end of the blocked period;
+#   - under backpressure (notifications skipped, notified events, resync
+#     hints, in every order of three steps), instances that follow the
+#     README's client protocol apply every event and agree with the
+#     database on who is blocked.
 use strict;
 use warnings;
 
@@ -466,6 +471,191 @@ for my $l ($la, $lb)
 	is_deeply([ event_lines(events_of_all($notes)) ],
 		\@after, "$l->{name}: it is the next outbox row");
 }
+
+# ---------------------------------------------------------------------------
+# A blocked event says when the block ends by itself
+# ---------------------------------------------------------------------------
+query(
+	q{SELECT flagmeter.define_plan('monthly'),
+	         flagmeter.set_limit('monthly', 'calls', 10, 'month', 'hard', '{100}'),
+	         flagmeter.assign_plan('monthly-t', 'monthly', '2026-01-15 10:00:00+00', 'UTC')});
+sync_listeners($la, $lb);
+query(q{SELECT flagmeter.track('monthly-t', 'calls', 10)});
+$got = sync_listeners($la, $lb);
+my ($blocked_event) = grep { $_->{kind} eq 'blocked' } events_of_all($got->{A});
+is( ($blocked_event->{period_start} // '') . ' ' . ($blocked_event->{resets_at} // ''),
+	query(
+		q{SELECT to_char(period_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ' ' ||
+		         to_char(period_end AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+		  FROM flagmeter.period_bounds(now(), 'month', '2026-01-15 10:00:00+00', 'UTC')}),
+	'blocked carries period_start and resets_at, the end of the period, in UTC');
+
+# ---------------------------------------------------------------------------
+# Backpressure: no sequence of skipped notifications, notified events and
+# resync hints makes an instance that follows the README's protocol miss an
+# event
+# ---------------------------------------------------------------------------
+# The queue looks full to a session whose flagmeter.notify_queue_limit is 0
+# once pg_notification_queue_usage() is above 0: a listener that never
+# reads (it sits in a transaction) holds the queue's tail while three
+# notifications of 7 kB move its head two pages on.  The app session then
+# skips (limit 0) or notifies (the default, 0.5) as each step wants, and
+# maintain(), in a session of its own, finds room and sends the hint.
+my $stuck = $node->background_psql('postgres');
+$stuck->query_safe('LISTEN flagmeter_test_stuck');
+$stuck->query_safe('BEGIN');
+query(q{SELECT pg_notify('flagmeter_test_stuck', g || repeat('x', 7000)) FROM generate_series(1, 3) g});
+is(query(q{SELECT pg_notification_queue_usage() > 0}), 't',
+	'a listener that does not read keeps the NOTIFY queue above 0');
+
+# An app instance as the README's client protocol describes it: its
+# version, the blocked tenants it caches, and every version it applied.
+# Queries go through a connection of their own (psql prints notifications
+# among a query's output).
+sub load_instance    # step 2
+{
+	my ($i) = @_;
+	my $out = query(
+		q{BEGIN ISOLATION LEVEL REPEATABLE READ;
+		  SELECT 'v', flagmeter.latest_version();
+		  SELECT 'b', tenant, meter FROM flagmeter.blocked;
+		  COMMIT;});
+	$i->{blocked} = {};
+	for my $line (split /\n/, $out)
+	{
+		my @f = split /\|/, $line;
+		$i->{version} = $f[1] if $f[0] eq 'v';
+		$i->{blocked}{"$f[1]|$f[2]"} = 1 if $f[0] eq 'b';
+	}
+	return $i;
+}
+
+sub apply_event
+{
+	my ($i, $e) = @_;
+	return if $e->{version} <= $i->{version};    # in the snapshot already
+	my $key = ($e->{tenant} // '') . '|' . ($e->{meter} // '');
+	$i->{blocked}{$key} = 1 if $e->{kind} eq 'blocked';
+	delete $i->{blocked}{$key} if $e->{kind} eq 'unblocked';
+	$i->{applied}{ $e->{version} } = 1;
+	$i->{version} = $e->{version};
+}
+
+sub replay    # changes_since(V), in version order
+{
+	my ($i) = @_;
+	$i->{replays}++;
+	for my $line (split /\n/,
+		query("SELECT version, kind, tenant, meter FROM flagmeter.changes_since($i->{version})"))
+	{
+		my %e;
+		@e{qw(version kind tenant meter)} = split /\|/, $line, -1;
+		apply_event($i, \%e);
+	}
+}
+
+sub handle_notification    # step 3
+{
+	my ($i, $payload) = @_;
+	my $msg = $json->decode($payload);
+
+	return if $msg->{kind} eq 'invalidate';
+	if ($msg->{kind} eq 'resync')
+	{
+		replay($i) if $msg->{version} > $i->{version};
+	}
+	elsif ($msg->{resync}
+		|| (defined $msg->{prev_version} && $msg->{prev_version} > $i->{version}))
+	{
+		replay($i);    # the notification's own events are in the outbox too
+	}
+	else
+	{
+		apply_event($i, $_)
+		  for ($msg->{kind} eq 'batch' ? @{ $msg->{events} } : $msg);
+	}
+}
+
+my %instances = map {
+	$_->{name} => load_instance({ name => $_->{name}, applied => {}, replays => 0 })
+} ($la, $lb);
+my $bp_from = query('SELECT flagmeter.latest_version()');
+
+# Each step is one transaction; "S" and "N" change the tenant's limit so
+# that it is blocked or unblocked (two events: limit_changed, then blocked
+# or unblocked), with the notification skipped (S) or sent (N); "H" runs
+# maintain(), which sends a resync hint when something was skipped.
+query(q{SELECT flagmeter.assign_plan('bp', 'p'), flagmeter.track('bp', 'calls', 10)});
+my $bp_blocked = 0;
+sub bp_step
+{
+	my ($step) = @_;
+	if ($step eq 'H')
+	{
+		query('SELECT 1 FROM flagmeter.maintain()');
+		return;
+	}
+	$app->query_safe(
+		$step eq 'S'
+		? 'SET flagmeter.notify_queue_limit = 0'
+		: 'RESET flagmeter.notify_queue_limit');
+	# the track of 0 sees the lowered limit and blocks (a lowered limit
+	# alone may not say blocked)
+	$app->query_safe(
+		$bp_blocked
+		? q{SELECT flagmeter.override_limit('bp', 'calls', 1000)}
+		: q{BEGIN; SELECT flagmeter.override_limit('bp', 'calls', 5);
+		    SELECT flagmeter.track('bp', 'calls', 0); COMMIT;});
+	$bp_blocked = !$bp_blocked;
+}
+
+# Every sequence of three steps, each followed by a hint; and the one of
+# issue 15 (two skipped events, then one notified, then the hint).
+my @sequences = ([qw(S S N H)]);
+for my $a (qw(S N H))
+{
+	for my $b (qw(S N H))
+	{
+		push @sequences, [ $a, $b, $_, 'H' ] for qw(S N H);
+	}
+}
+my @lost;
+for my $seq (@sequences)
+{
+	for my $step (@$seq)
+	{
+		bp_step($step);
+		my $got = sync_listeners($la, $lb);
+		for my $name (keys %instances)
+		{
+			note "$name, step $step: $_->{payload}" for @{ $got->{$name} };
+			handle_notification($instances{$name}, $_->{payload})
+			  for @{ $got->{$name} };
+		}
+	}
+	my %db_blocked = map { $_ => 1 } grep { $_ ne '' } split /\n/,
+	  query(q{SELECT tenant || '|' || meter FROM flagmeter.blocked});
+	my @versions = grep { $_ ne '' } split /\n/,
+	  query("SELECT version FROM flagmeter.outbox WHERE version > $bp_from ORDER BY version");
+	for my $i (values %instances)
+	{
+		my @missed = grep { !$i->{applied}{$_} } @versions;
+		push @lost, "$i->{name} after @$seq: missed versions @missed" if @missed;
+		push @lost, "$i->{name} after @$seq: blocked "
+		  . join(',', sort keys %{ $i->{blocked} }) . ' but the database has '
+		  . join(',', sort keys %db_blocked)
+		  unless join(',', sort keys %{ $i->{blocked} }) eq join(',', sort keys %db_blocked);
+	}
+}
+is_deeply(\@lost, [],
+	scalar(@sequences) . ' sequences of skips, notifications and hints: both instances applied every event and agree with the database on who is blocked')
+  or diag join "\n", @lost;
+cmp_ok(query('SELECT count(*) FROM flagmeter.outbox WHERE NOT notified'),
+	'>', 0, 'some events were skipped');
+cmp_ok($instances{A}{replays}, '>', 0, 'the instances replayed from the outbox');
+is(query(q{SELECT count(*) FROM flagmeter.notification_skips}), '0',
+	'no invalidation was skipped');
+$stuck->quit;
 
 $_->{psql}->quit for ($la, $lb);
 $app->quit;

@@ -111,9 +111,10 @@ test('notifications skipped under backpressure, a resync hint and a shrunk paylo
     const skipped = (tenant) => admin.query(`INSERT INTO flagmeter.outbox (version, kind, tenant, meter, notified)
       VALUES (nextval('flagmeter.outbox_version'), 'limit_changed', $1, 'calls', false)`, [tenant])
 
-    // 1. skipped, then a later event: a gap, replayed before it
+    // 1. skipped, then a later event: a gap, replayed before it (a quota
+    // far above the tenant's usage, so that the change blocks nothing)
     await skipped('t20')
-    await admin.query("SELECT flagmeter.override_limit('t21', 'calls', 7)")
+    await admin.query("SELECT flagmeter.override_limit('t21', 'calls', 1000000)")
     await until(() => seen.length === 2, 10000, 'the gap to be replayed')
     // the replay reads both from the outbox: t21's own row is committed too
     assert.deepEqual(seen.map((e) => [e.tenant, e.source]), [['t20', 'outbox'], ['t21', 'outbox']])
@@ -133,14 +134,14 @@ test('notifications skipped under backpressure, a resync hint and a shrunk paylo
 
     // 4. an old or repeated payload is dropped: nothing is delivered twice
     await admin.query(`SELECT pg_notify('flagmeter', '{"kind":"limit_changed","version":${v},"tenant":"t23","meter":"calls"}')`)
-    await admin.query("SELECT flagmeter.override_limit('t24', 'calls', 7)")
+    await admin.query("SELECT flagmeter.override_limit('t24', 'calls', 1000000)")
     await until(() => seen.length === 5, 10000, 'the next event')
     assert.equal(seen[4].tenant, 't24')
     const versions = seen.map((e) => BigInt(e.version))
     assert.ok(versions.every((x, i) => x > (i === 0 ? start : versions[i - 1])), 'increasing versions')
     // the cache followed: the overrides are the limits in force
-    assert.equal(fm.limit('t21', 'calls').quota, 7)
-    assert.equal(fm.limit('t24', 'calls').quota, 7)
+    assert.equal(fm.limit('t21', 'calls').quota, 1000000)
+    assert.equal(fm.limit('t24', 'calls').quota, 1000000)
   } finally {
     await admin.end()
     await fm.close()
