@@ -64,8 +64,10 @@
 
 -- The calls that run their SQL as the owner of schema flagmeter.
 REVOKE ALL ON FUNCTION flagmeter.track(text, text, bigint, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.track(text, text, bigint, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.track_batch(text[], text[], bigint[], timestamptz[], text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.consume(text, text, bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.consume(text, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.consume(text, text[], bigint[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.check(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.limit_in_force(text, text) FROM PUBLIC;
@@ -132,8 +134,10 @@ BEGIN
 		-- the calls run their statements as the owner: no table privilege
 		RETURN QUERY SELECT 'EXECUTE', 'FUNCTION ' || f FROM unnest(ARRAY[
 			'flagmeter.track(text, text, bigint, timestamptz, text)',
+			'flagmeter.track(text, text, bigint, text, text)',
 			'flagmeter.track_batch(text[], text[], bigint[], timestamptz[], text[])',
 			'flagmeter.consume(text, text, bigint, text)',
+			'flagmeter.consume(text, text, text, text)',
 			'flagmeter.consume(text, text[], bigint[], text)',
 			'flagmeter.check(text, text, bigint)',
 			'flagmeter.usage(text, text, timestamptz)',
