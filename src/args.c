@@ -9,6 +9,7 @@
 #include "mb/pg_wchar.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 #include "utils/timestamp.h"
 
 #include "args.h"
@@ -152,6 +153,49 @@ fm_arg_timestamp(FunctionCallInfo fcinfo, int argno, const char *what)
 	if (PG_ARGISNULL(argno))
 		fm_null_argument(what);
 	ts = PG_GETARG_TIMESTAMPTZ(argno);
+	fm_check_timestamp(ts);
+	return ts;
+}
+
+int64
+fm_arg_amount_text(FunctionCallInfo fcinfo, int argno, bool zero_allowed)
+{
+	int64		amount;
+
+	if (PG_ARGISNULL(argno))
+		fm_null_argument("amount");
+	amount = DatumGetInt64(DirectFunctionCall1(int8in,
+											   CStringGetDatum(TextDatumGetCString(PG_GETARG_DATUM(argno)))));
+	fm_check_amount(amount, zero_allowed);
+	return amount;
+}
+
+/* adds the hint of fm_arg_timestamp_text to an error of the input function */
+static void
+timestamp_text_error_callback(void *arg)
+{
+	errhint("%s", (const char *) arg);
+}
+
+TimestampTz
+fm_arg_timestamp_text(FunctionCallInfo fcinfo, int argno, const char *what,
+					  const char *hint)
+{
+	ErrorContextCallback callback;
+	TimestampTz ts;
+
+	if (PG_ARGISNULL(argno))
+		fm_null_argument(what);
+	callback.callback = timestamp_text_error_callback;
+	callback.arg = (void *) hint;
+	callback.previous = error_context_stack;
+	if (hint)
+		error_context_stack = &callback;
+	ts = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in,
+												 CStringGetDatum(TextDatumGetCString(PG_GETARG_DATUM(argno))),
+												 ObjectIdGetDatum(InvalidOid),
+												 Int32GetDatum(-1)));
+	error_context_stack = callback.previous;
 	fm_check_timestamp(ts);
 	return ts;
 }

@@ -35,6 +35,16 @@ extern TimestampTz fm_arg_timestamp(FunctionCallInfo fcinfo, int argno,
 									const char *what);
 
 /*
+ * The same from a text argument (the overloads that take untyped literals
+ * and driver parameters, which PostgreSQL could not otherwise resolve):
+ * read as bigint and timestamptz input reads them, their errors (22P02,
+ * 22007, 22008) with hint added when it is not NULL.
+ */
+extern int64 fm_arg_amount_text(FunctionCallInfo fcinfo, int argno, bool zero_allowed);
+extern TimestampTz fm_arg_timestamp_text(FunctionCallInfo fcinfo, int argno,
+										 const char *what, const char *hint);
+
+/*
  * Array arguments of the batch calls, one-dimensional, element i of each
  * describing event i.  fm_arg_text_array returns the strings (NULL
  * elements as NULL pointers when allowed) and their count;

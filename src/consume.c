@@ -501,9 +501,30 @@ fm_check_consume_meters(char **meters, int n)
 }
 
 /* consume(tenant, meter, amount, idempotency_key) -> decision */
+static Datum consume_call(FunctionCallInfo fcinfo, bool amount_text);
+
 PG_FUNCTION_INFO_V1(fm_consume);
 Datum
 fm_consume(PG_FUNCTION_ARGS)
+{
+	return consume_call(fcinfo, false);
+}
+
+/*
+ * The same with the amount as text: an untyped NULL or driver parameter in
+ * third place matches both consume(text, text, bigint, text) and
+ * consume(text, text[], bigint[], text), which PostgreSQL cannot choose
+ * between; with this overload it resolves here, and a NULL gets 22004.
+ */
+PG_FUNCTION_INFO_V1(fm_consume_text);
+Datum
+fm_consume_text(PG_FUNCTION_ARGS)
+{
+	return consume_call(fcinfo, true);
+}
+
+static Datum
+consume_call(FunctionCallInfo fcinfo, bool amount_text)
 {
 	char	   *tenant = fm_arg_tenant(fcinfo, 0);
 	ConsumeItem item;
@@ -514,7 +535,8 @@ fm_consume(PG_FUNCTION_ARGS)
 
 	memset(&item, 0, sizeof(item));
 	item.meter = fm_arg_meter(fcinfo, 1);
-	item.amount = fm_arg_amount(fcinfo, 2, false);
+	item.amount = amount_text ? fm_arg_amount_text(fcinfo, 2, false) :
+		fm_arg_amount(fcinfo, 2, false);
 
 	desc = fm_decision_desc(fcinfo);
 

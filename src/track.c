@@ -81,9 +81,29 @@ static FmStatement track_add_to_stripe_stmt = {
  * backends share a stripe), so writers of one tenant do not queue behind
  * each other.
  */
+static Datum track_call(FunctionCallInfo fcinfo, bool occurred_at_text);
+
 PG_FUNCTION_INFO_V1(fm_track);
 Datum
 fm_track(PG_FUNCTION_ARGS)
+{
+	return track_call(fcinfo, false);
+}
+
+/*
+ * The same with occurred_at as text: an untyped literal or parameter in
+ * fourth place resolves to this overload, so that a key passed there by
+ * mistake (track(t, m, 1, 'req-1')) gets a hint to name it.
+ */
+PG_FUNCTION_INFO_V1(fm_track_text);
+Datum
+fm_track_text(PG_FUNCTION_ARGS)
+{
+	return track_call(fcinfo, true);
+}
+
+static Datum
+track_call(FunctionCallInfo fcinfo, bool occurred_at_text)
 {
 	char	   *tenant = fm_arg_tenant(fcinfo, 0);
 	char	   *meter = fm_arg_meter(fcinfo, 1);
@@ -98,7 +118,11 @@ fm_track(PG_FUNCTION_ARGS)
 	Datum		args[9];
 
 	amount = fm_arg_amount(fcinfo, 2, true);
-	occurred_at = fm_arg_timestamp(fcinfo, 3, "occurred_at");
+	occurred_at = occurred_at_text ?
+		fm_arg_timestamp_text(fcinfo, 3, "occurred_at",
+							  "The fourth argument of track is occurred_at (consume's is the idempotency key). "
+							  "Pass a key by name: flagmeter.track(tenant, meter, amount, idempotency_key => '...').") :
+		fm_arg_timestamp(fcinfo, 3, "occurred_at");
 
 	fm_lock_counters_for_write();
 	SPI_connect();

@@ -163,6 +163,17 @@ LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 COMMENT ON FUNCTION flagmeter.track(text, text, bigint, timestamptz, text) IS
 'records usage (amount >= 0) in the period containing occurred_at; false when the idempotency key was already recorded; never blocks on other writers of the tenant';
 
+-- track with an untyped (or text) fourth argument: read as timestamptz input
+-- reads it, and when it is not a time (a key passed there by mistake), the
+-- error's hint says to pass the key by name.
+CREATE FUNCTION flagmeter.track(tenant text, meter text, amount bigint, occurred_at text,
+	idempotency_key text DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'fm_track_text'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.track(text, text, bigint, text, text) IS
+'track with occurred_at given as text or an untyped literal: the same call; an occurred_at that is not a time gets a hint to pass the idempotency key by name';
+
 CREATE FUNCTION flagmeter.track_batch(tenants text[], meters text[], amounts bigint[],
 	occurred_at timestamptz[] DEFAULT NULL, idempotency_keys text[] DEFAULT NULL)
 RETURNS bigint
@@ -178,6 +189,18 @@ AS 'MODULE_PATHNAME', 'fm_consume'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 COMMENT ON FUNCTION flagmeter.consume(text, text, bigint, text) IS
 'atomically checks the limit and records amount (> 0) if granted; never grants past a hard limit; a retried idempotency key returns the original decision';
+
+-- consume with an untyped (or text) amount: an untyped NULL or parameter
+-- there matches the one-meter and the multi-meter consume alike, which
+-- PostgreSQL cannot choose between ("function is not unique"); this
+-- overload takes it, so a NULL amount is 22004 as documented.
+CREATE FUNCTION flagmeter.consume(tenant text, meter text, amount text,
+	idempotency_key text DEFAULT NULL)
+RETURNS flagmeter.decision
+AS 'MODULE_PATHNAME', 'fm_consume_text'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.consume(text, text, text, text) IS
+'consume with the amount given as text or untyped (a NULL literal, a driver''s untyped parameter): the same call; read as bigint input reads it';
 
 CREATE FUNCTION flagmeter.consume(tenant text, meters text[], amounts bigint[],
 	idempotency_key text DEFAULT NULL)

@@ -23,45 +23,16 @@
 -- top_tenants, changes_since, latest_version), so they are subject to the
 -- caller's table grants and to row-level security.
 --
--- The layout the README documents, as an administrator grants it (role
--- names are examples):
+-- The role layouts the README documents are shipped as data, in
+-- access_privileges() below, and granted by grant_access(role, access) (or
+-- taken back by revoke_access): request (the app's calls), listener (the
+-- client protocol of app instances), dashboard (status, top_tenants,
+-- usage_series, stats) and admin (the catalog functions).  The regression
+-- test security runs each path as a role that has exactly one of them.
 --
---   -- the app's runtime role: meters, enforces, reads status; cannot
---   -- change limits or plans, cannot touch the tables
---   GRANT USAGE ON SCHEMA flagmeter TO app;
---   GRANT EXECUTE ON FUNCTION
---       flagmeter.track(text, text, bigint, timestamptz, text),
---       flagmeter.track_batch(text[], text[], bigint[], timestamptz[], text[]),
---       flagmeter.consume(text, text, bigint, text),
---       flagmeter.consume(text, text[], bigint[], text),
---       flagmeter.check(text, text, bigint),
---       flagmeter.usage(text, text, timestamptz),
---       flagmeter.void(text, text) TO app;
---   GRANT SELECT ON flagmeter.status, flagmeter.outbox TO app;	-- dashboard, resync
---   -- status reads the limit in force through flagmeter.limit_config(), a
---   -- SQL function inlined into the view and so read with the caller's
---   -- privileges: reading status needs the configuration tables too
---   GRANT SELECT ON flagmeter.meters, flagmeter.limits, flagmeter.tenants,
---       flagmeter.overrides TO app;
---
---   -- the people or jobs that change meters, plans, limits, tenants
---   GRANT USAGE ON SCHEMA flagmeter TO billing_admin;
---   GRANT EXECUTE ON FUNCTION
---       flagmeter.define_meter(text, text, text), flagmeter.define_plan(text),
---       flagmeter.set_limit(text, text, bigint, text, text, integer[]),
---       flagmeter.assign_plan(text, text, timestamptz, text),
---       flagmeter.override_limit(text, text, bigint, text, text, integer[]),
---       flagmeter.drop_override(text, text),
---       flagmeter.recount_current_period(text, text),
---       flagmeter.review_blocks(text, text, text),
---       flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[]),
---       flagmeter.review_usage(text, text), flagmeter.apply_limit_changes(jsonb),
---       flagmeter.usage(text, text, timestamptz) TO billing_admin;
---   GRANT SELECT, INSERT, UPDATE, DELETE ON flagmeter.meters, flagmeter.plans,
---       flagmeter.limits, flagmeter.tenants, flagmeter.overrides,
---       flagmeter.counters TO billing_admin;			-- counters: recounts
---   GRANT SELECT ON flagmeter.events, flagmeter.event_keys, flagmeter.blocked
---       TO billing_admin;
+-- A layout for reporting roles that read the usage tables themselves,
+-- isolated per tenant by row-level security, as an administrator grants it
+-- (role names are examples; the test security runs it too):
 --
 --   -- a reporting role that reads usage tables directly, one tenant at a
 --   -- time, isolated by row-level security keyed on a setting
@@ -75,7 +46,7 @@
 --   CREATE POLICY all_rows ON flagmeter.counters TO billing_admin USING (true);
 --
 -- Row-level security binds the roles that read the tables themselves
--- (reporting, usage_series called by them, billing_admin's recounts: hence
+-- (reporting, usage_series called by them, the admin's recounts: hence
 -- its all_rows policy).  It does not bind the C calls, which run as the
 -- owner of the tables, nor views, which read as their owner: flagmeter's own
 -- cross-tenant work (consume's reads, maintain()) keeps working, and the
@@ -93,8 +64,10 @@
 
 -- The calls that run their SQL as the owner of schema flagmeter.
 REVOKE ALL ON FUNCTION flagmeter.track(text, text, bigint, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.track(text, text, bigint, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.track_batch(text[], text[], bigint[], timestamptz[], text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.consume(text, text, bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.consume(text, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.consume(text, text[], bigint[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.check(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.limit_in_force(text, text) FROM PUBLIC;
@@ -130,3 +103,135 @@ REVOKE ALL ON FUNCTION flagmeter.unschedule() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.configure(interval, integer, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.after_restore() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.index_event_partition(regclass) FROM PUBLIC;
+
+-- Role layouts --------------------------------------------------------------------
+
+-- Every privilege of a layout, one per row: what grant_access grants.  The
+-- views and functions below read tables with the caller's privileges (a SQL
+-- function inlined into a view reads as the caller, plpgsql as its caller),
+-- which is why a layout lists tables that its paths never name:
+-- effective_limits and status read meters, tenants, limits and overrides
+-- through limit_config(); usage_series reads current_state.
+CREATE FUNCTION flagmeter.access_privileges(access text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	config_tables text[] := ARRAY['flagmeter.meters', 'flagmeter.tenants', 'flagmeter.limits',
+	                              'flagmeter.overrides'];
+	-- entitlements and tenant_features read these with the caller's privileges
+	feature_tables text[] := ARRAY['flagmeter.features', 'flagmeter.plan_features',
+	                               'flagmeter.feature_overrides'];
+BEGIN
+	IF access IS NULL THEN
+		RAISE EXCEPTION 'access must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF NOT access = ANY (ARRAY['request', 'listener', 'dashboard', 'admin']) THEN
+		RAISE EXCEPTION 'invalid access "%"', left(access, 64) USING ERRCODE = 'invalid_parameter_value',
+			HINT = 'Valid accesses are "request", "listener", "dashboard" and "admin".';
+	END IF;
+	privilege := 'USAGE'; object := 'SCHEMA flagmeter';
+	RETURN NEXT;
+	IF access = 'request' THEN
+		-- the calls run their statements as the owner: no table privilege
+		RETURN QUERY SELECT 'EXECUTE', 'FUNCTION ' || f FROM unnest(ARRAY[
+			'flagmeter.track(text, text, bigint, timestamptz, text)',
+			'flagmeter.track(text, text, bigint, text, text)',
+			'flagmeter.track_batch(text[], text[], bigint[], timestamptz[], text[])',
+			'flagmeter.consume(text, text, bigint, text)',
+			'flagmeter.consume(text, text, text, text)',
+			'flagmeter.consume(text, text[], bigint[], text)',
+			'flagmeter.check(text, text, bigint)',
+			'flagmeter.usage(text, text, timestamptz)',
+			'flagmeter.void(text, text)',
+			'flagmeter.track_events(text[], text[], bigint[], timestamptz[], text[])',
+			'flagmeter.consume_batch(text[], text[], bigint[], text[], integer[])',
+			'flagmeter.has_feature(text, text)',
+			'flagmeter.feature_config(text, text)']) f;
+	ELSIF access = 'listener' THEN
+		-- step 2 of the client protocol reads blocked and effective_limits,
+		-- latest_version() and changes_since() read the outbox
+		RETURN QUERY SELECT 'SELECT', 'TABLE ' || t FROM unnest(ARRAY[
+			'flagmeter.outbox', 'flagmeter.blocked', 'flagmeter.effective_limits'] || config_tables) t;
+	ELSIF access = 'dashboard' THEN
+		RETURN QUERY SELECT 'EXECUTE', 'FUNCTION flagmeter.usage(text, text, timestamptz)';
+		RETURN QUERY SELECT 'SELECT', 'TABLE ' || t FROM unnest(ARRAY[
+			'flagmeter.status', 'flagmeter.effective_limits', 'flagmeter.stats',
+			'flagmeter.current_state', 'flagmeter.rollup_hour', 'flagmeter.rollup_day',
+			'flagmeter.events', 'flagmeter.voids', 'flagmeter.tenant_features',
+			'flagmeter.entitlements'] || config_tables || feature_tables) t;
+	ELSE
+		-- the catalog functions are PL/pgSQL run as the caller; recounts,
+		-- unassign_tenant(forget_usage) and drop_meter(force) rewrite usage
+		RETURN QUERY SELECT 'EXECUTE', 'FUNCTION ' || f FROM unnest(ARRAY[
+			'flagmeter.define_meter(text, text, text)',
+			'flagmeter.define_plan(text)',
+			'flagmeter.set_limit(text, text, bigint, text, text, integer[])',
+			'flagmeter.assign_plan(text, text, timestamptz, text)',
+			'flagmeter.override_limit(text, text, bigint, text, text, integer[])',
+			'flagmeter.drop_override(text, text)',
+			'flagmeter.define_feature(text, text)',
+			'flagmeter.set_feature(text, text, boolean, jsonb)',
+			'flagmeter.override_feature(text, text, boolean, jsonb)',
+			'flagmeter.drop_feature_override(text, text)',
+			'flagmeter.unassign_tenant(text, boolean)',
+			'flagmeter.drop_plan(text, boolean)',
+			'flagmeter.drop_meter(text, boolean)',
+			'flagmeter.recount_current_period(text, text)',
+			'flagmeter.review_blocks(text, text, text)',
+			'flagmeter.review_usage(text, text)',
+			'flagmeter.apply_limit_changes(jsonb)',
+			'flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[])',
+			'flagmeter.usage(text, text, timestamptz)']) f;
+		RETURN QUERY SELECT 'SELECT, INSERT, UPDATE, DELETE', 'TABLE ' || t FROM unnest(ARRAY[
+			'flagmeter.plans', 'flagmeter.counters'] || config_tables || feature_tables) t;
+		RETURN QUERY SELECT 'SELECT, DELETE', 'TABLE ' || t FROM unnest(ARRAY[
+			'flagmeter.events', 'flagmeter.event_keys', 'flagmeter.voids', 'flagmeter.rollup_hour',
+			'flagmeter.rollup_day', 'flagmeter.outbox']) t;
+		RETURN QUERY SELECT 'SELECT', 'TABLE ' || t FROM unnest(ARRAY[
+			'flagmeter.blocked', 'flagmeter.effective_limits']) t;
+	END IF;
+END $$;
+COMMENT ON FUNCTION flagmeter.access_privileges(text) IS
+'the privileges of a role layout (request, listener, dashboard, admin), one per row, as grant_access grants them';
+
+CREATE FUNCTION flagmeter.grant_access(role regrole, access text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p record;
+BEGIN
+	IF role IS NULL THEN
+		RAISE EXCEPTION 'role must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	FOR p IN SELECT * FROM flagmeter.access_privileges(access) LOOP
+		EXECUTE format('GRANT %s ON %s TO %s', p.privilege, p.object, role);
+	END LOOP;
+END $$;
+COMMENT ON FUNCTION flagmeter.grant_access(regrole, text) IS
+'grants a role the privileges of a layout: request (track, consume, check, usage, void), listener (the client protocol), dashboard (status, top_tenants, usage_series, stats) or admin (the catalog functions); see access_privileges()';
+
+CREATE FUNCTION flagmeter.revoke_access(role regrole, access text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p record;
+BEGIN
+	IF role IS NULL THEN
+		RAISE EXCEPTION 'role must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	FOR p IN SELECT * FROM flagmeter.access_privileges(access) LOOP
+		EXECUTE format('REVOKE %s ON %s FROM %s', p.privilege, p.object, role);
+	END LOOP;
+END $$;
+COMMENT ON FUNCTION flagmeter.revoke_access(regrole, text) IS
+'takes back from a role the privileges grant_access gave it for a layout (USAGE on the schema included: revoke the other layouts the role holds last)';
+
+REVOKE ALL ON FUNCTION flagmeter.grant_access(regrole, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.revoke_access(regrole, text) FROM PUBLIC;
+

@@ -302,3 +302,22 @@ SELECT configure(unassigned_tenants => 'sometimes');
 SELECT unassigned_tenants FROM configure(unassigned_tenants => 'unlimited');
 SELECT granted, quota FROM consume('Mover', 'api_calls', 1);
 
+-- Untyped arguments (issue 15).  consume(t, m, NULL) and an untyped driver
+-- parameter for the amount matched both consume(text, text, bigint, text)
+-- and consume(text, text[], bigint[], text) ("function is not unique"): a
+-- text overload takes them.  track's fourth argument is occurred_at (the
+-- order is fixed); an idempotency key passed there is refused with a hint
+-- to name it, and untyped times still work.
+SELECT consume('acme', 'api_calls', NULL);
+SELECT granted, used FROM consume('untyped', 'api_calls', '2');
+PREPARE consume_untyped(unknown, unknown, unknown, unknown) AS
+	SELECT granted, used FROM flagmeter.consume($1, $2, $3, $4);
+EXECUTE consume_untyped('untyped', 'api_calls', '3', 'u-1');
+EXECUTE consume_untyped('untyped', 'api_calls', '3', 'u-1');	-- a retry
+SELECT track('untyped', 'api_calls', 1, 'req-1');
+SELECT track('untyped', 'api_calls', 1, '2026-02-01 10:00:00+00'),
+       track('untyped', 'api_calls', 1, idempotency_key => 'req-1');
+SELECT occurred_at = '2026-02-01 10:00:00+00' AS at_the_given_time, idempotency_key
+FROM events WHERE tenant = 'untyped' AND meter = 'api_calls' AND amount = 1
+ORDER BY idempotency_key NULLS FIRST;
+

@@ -13,7 +13,8 @@ DECLARE
 	r text;
 BEGIN
 	FOR r IN SELECT rolname FROM pg_roles
-	         WHERE rolname IN ('regress_flagmeter_app', 'regress_flagmeter_admin', 'regress_flagmeter_report')
+	         WHERE rolname IN ('regress_flagmeter_app', 'regress_flagmeter_admin', 'regress_flagmeter_report',
+	                           'regress_flagmeter_listener', 'regress_flagmeter_dashboard')
 	LOOP
 		EXECUTE format('DROP OWNED BY %I CASCADE', r);
 		EXECUTE format('DROP ROLE %I', r);
@@ -308,45 +309,35 @@ TRUNCATE regress_hostile.pwned;
 -- The traps stay for the rest of the file: every later call may trip them.
 SET search_path = regress_hostile, pg_catalog, flagmeter;
 
--- 3. The role layout ------------------------------------------------------------------
--- regress_flagmeter_app: the app's runtime role (track, consume, status)
--- regress_flagmeter_admin: changes meters, plans, limits and tenants
+-- 3. The role layouts ------------------------------------------------------------------
+-- Each path runs as a role that has exactly one shipped layout, granted by
+-- flagmeter.grant_access() (sql/parts/80_security.sql), under the hostile
+-- search_path:
+-- regress_flagmeter_app: request (track, track_batch, consume, check, usage, void)
+-- regress_flagmeter_listener: listener (the README's client protocol)
+-- regress_flagmeter_dashboard: dashboard (status, top_tenants, usage_series, stats)
+-- regress_flagmeter_admin: admin (meters, plans, limits, tenants)
 -- regress_flagmeter_report: reads usage tables directly, isolated by RLS
--- The grants are those documented in sql/parts/80_security.sql.
+-- (the layout sketched in sql/parts/80_security.sql, granted by hand).
 CREATE ROLE regress_flagmeter_app;
 CREATE ROLE regress_flagmeter_admin;
 CREATE ROLE regress_flagmeter_report;
-
-GRANT USAGE ON SCHEMA flagmeter TO regress_flagmeter_app;
-GRANT EXECUTE ON FUNCTION
-	flagmeter.track(pg_catalog.text, pg_catalog.text, bigint, pg_catalog.timestamptz, pg_catalog.text),
-	flagmeter.track_batch(pg_catalog.text[], pg_catalog.text[], bigint[], pg_catalog.timestamptz[], pg_catalog.text[]),
-	flagmeter.consume(pg_catalog.text, pg_catalog.text, bigint, pg_catalog.text),
-	flagmeter.consume(pg_catalog.text, pg_catalog.text[], bigint[], pg_catalog.text),
-	flagmeter.check(pg_catalog.text, pg_catalog.text, bigint),
-	flagmeter.usage(pg_catalog.text, pg_catalog.text, pg_catalog.timestamptz),
-	flagmeter.void(pg_catalog.text, pg_catalog.text) TO regress_flagmeter_app;
-GRANT SELECT ON flagmeter.status, flagmeter.outbox, flagmeter.meters, flagmeter.limits,
-	flagmeter.tenants, flagmeter.overrides TO regress_flagmeter_app;
-
-GRANT USAGE ON SCHEMA flagmeter TO regress_flagmeter_admin;
-GRANT EXECUTE ON FUNCTION
-	flagmeter.define_meter(pg_catalog.text, pg_catalog.text, pg_catalog.text),
-	flagmeter.define_plan(pg_catalog.text),
-	flagmeter.set_limit(pg_catalog.text, pg_catalog.text, bigint, pg_catalog.text, pg_catalog.text, integer[]),
-	flagmeter.assign_plan(pg_catalog.text, pg_catalog.text, pg_catalog.timestamptz, pg_catalog.text),
-	flagmeter.override_limit(pg_catalog.text, pg_catalog.text, bigint, pg_catalog.text, pg_catalog.text, integer[]),
-	flagmeter.drop_override(pg_catalog.text, pg_catalog.text),
-	flagmeter.recount_current_period(pg_catalog.text, pg_catalog.text),
-	flagmeter.review_blocks(pg_catalog.text, pg_catalog.text, pg_catalog.text),
-	flagmeter.announce(pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text,
-	                   pg_catalog.timestamptz, bigint, bigint, pg_catalog.text, pg_catalog.text, integer[]),
-	flagmeter.review_usage(pg_catalog.text, pg_catalog.text),
-	flagmeter.apply_limit_changes(pg_catalog.jsonb),
-	flagmeter.usage(pg_catalog.text, pg_catalog.text, pg_catalog.timestamptz) TO regress_flagmeter_admin;
-GRANT SELECT, INSERT, UPDATE, DELETE ON flagmeter.meters, flagmeter.plans, flagmeter.limits,
-	flagmeter.tenants, flagmeter.overrides, flagmeter.counters TO regress_flagmeter_admin;
-GRANT SELECT ON flagmeter.events, flagmeter.event_keys, flagmeter.blocked TO regress_flagmeter_admin;
+CREATE ROLE regress_flagmeter_listener;
+CREATE ROLE regress_flagmeter_dashboard;
+SELECT flagmeter.grant_access('regress_flagmeter_app', 'request'),
+       flagmeter.grant_access('regress_flagmeter_admin', 'admin'),
+       flagmeter.grant_access('regress_flagmeter_listener', 'listener'),
+       flagmeter.grant_access('regress_flagmeter_dashboard', 'dashboard');
+-- what each layout is, as the README lists it
+SELECT a.access, pg_catalog.string_agg(p.privilege OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) p.object,
+                                       ', ' ORDER BY p.object COLLATE "C") AS privileges
+FROM (VALUES ('request'), ('listener'), ('dashboard'), ('admin')) a(access)
+CROSS JOIN LATERAL flagmeter.access_privileges(a.access) p
+GROUP BY a.access ORDER BY a.access COLLATE "C";
+SELECT pg_temp.try($$SELECT flagmeter.grant_access('regress_flagmeter_app', 'superuser')$$),
+       pg_temp.try($$SELECT flagmeter.grant_access('regress_flagmeter_app', NULL)$$),
+       pg_temp.try($$SELECT flagmeter.grant_access(NULL, 'request')$$),
+       pg_temp.try($$SELECT flagmeter.grant_access('regress_no_such_role', 'request')$$);
 
 GRANT USAGE ON SCHEMA flagmeter TO regress_flagmeter_report;
 GRANT SELECT ON flagmeter.meters, flagmeter.maintenance_state, flagmeter.counters,
@@ -367,10 +358,14 @@ SELECT flagmeter.define_plan('r-free');
 SELECT flagmeter.set_limit('r-free', 'api_calls', 100, 'lifetime'),
        flagmeter.set_limit('r-free', 'storage_gb', 10, 'lifetime');
 SELECT flagmeter.assign_plan('r-acme', 'r-free', '2026-01-31 10:00:00+00', 'UTC'),
-       flagmeter.assign_plan('r-hooli', 'r-free', '2026-01-31 10:00:00+00', 'UTC');
+       flagmeter.assign_plan('r-hooli', 'r-free', '2026-01-31 10:00:00+00', 'UTC'),
+       flagmeter.assign_plan('r-leaver', 'r-free');
+SELECT flagmeter.override_limit('r-hooli', 'api_calls', 200), flagmeter.drop_override('r-hooli', 'api_calls');
+SELECT flagmeter.define_plan('r-gone'), flagmeter.drop_plan('r-gone'),
+       flagmeter.define_meter('r-gone'), flagmeter.drop_meter('r-gone');
 RESET ROLE;
 
--- The app meters, enforces and reads status, for any tenant.
+-- The app meters and enforces, for any tenant, and nothing else.
 SET ROLE regress_flagmeter_app;
 SELECT flagmeter.track('r-acme', 'api_calls', 3, '2026-02-01 00:00:00+00', 'r-k1'),
        flagmeter.track('r-hooli', 'api_calls', 4, '2026-02-01 00:00:00+00'),
@@ -381,22 +376,25 @@ SELECT meter, granted, used FROM flagmeter.consume('r-hooli', ARRAY['api_calls',
 SELECT granted, used FROM flagmeter.check('r-hooli', 'api_calls', 1);
 SELECT flagmeter.used(flagmeter.usage('r-acme', 'api_calls'));
 SELECT flagmeter.void('r-acme', 'r-k1');
-SELECT tenant, meter, used, quota, state FROM flagmeter.status
-WHERE tenant OPERATOR(pg_catalog.~~) 'r-%' ORDER BY tenant, meter;
-SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 AS reads_outbox FROM flagmeter.changes_since(0);
 -- but cannot change limits or plans, nor touch the tables
 SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
 	($$SELECT flagmeter.set_limit('r-free', 'api_calls', 1000000, 'lifetime')$$),
 	($$SELECT flagmeter.assign_plan('r-acme', 'h-pro')$$),
 	($$SELECT flagmeter.override_limit('r-acme', 'api_calls', 1000000)$$),
 	($$SELECT flagmeter.drop_override('r-acme', 'api_calls')$$),
+	($$SELECT flagmeter.unassign_tenant('r-acme')$$),
+	($$SELECT flagmeter.drop_plan('r-free', true)$$),
+	($$SELECT flagmeter.drop_meter('api_calls', true)$$),
 	($$SELECT flagmeter.define_meter('free_money')$$),
 	($$SELECT flagmeter.define_plan('unlimited')$$),
 	($$SELECT flagmeter.recount_current_period('r-acme', 'api_calls')$$),
 	($$SELECT flagmeter.review_blocks()$$),
+	($$SELECT flagmeter.review_usage('r-acme', 'api_calls')$$),
 	($$SELECT flagmeter.announce('unblocked', 'r-acme', 'api_calls', NULL, '-infinity')$$),
 	($$SELECT flagmeter.maintain()$$),
 	($$SELECT flagmeter.schedule()$$),
+	($$SELECT flagmeter.configure(unassigned_tenants => 'unlimited')$$),
+	($$SELECT flagmeter.grant_access('regress_flagmeter_app', 'admin')$$),
 	($$UPDATE flagmeter.limits SET quota = 1000000$$),
 	($$INSERT INTO flagmeter.overrides VALUES ('r-acme', 'api_calls', 1000000)$$),
 	($$DELETE FROM flagmeter.counters$$),
@@ -405,10 +403,64 @@ SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
 	($$SELECT * FROM flagmeter.event_keys$$),
 	($$TRUNCATE flagmeter.blocked$$),
 	($$SELECT * FROM flagmeter.rollup_day$$),
+	($$SELECT * FROM flagmeter.status$$),
+	($$SELECT flagmeter.latest_version()$$),
 	($$SELECT pg_catalog.nextval('flagmeter.outbox_version')$$)
 ) v(sql);
 RESET ROLE;
 SELECT plan, meter, quota FROM flagmeter.limits WHERE plan OPERATOR(pg_catalog.~~) 'r-%' ORDER BY 1, 2;
+
+-- The listener follows the README's client protocol: LISTEN, then in one
+-- REPEATABLE READ transaction the version and the state it caches (issue
+-- 15: this was "permission denied for view effective_limits", then for
+-- table meters), then changes_since.
+SET ROLE regress_flagmeter_listener;
+LISTEN flagmeter;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT flagmeter.latest_version() OPERATOR(pg_catalog.>) 0 AS has_version;
+SELECT tenant, meter FROM flagmeter.blocked ORDER BY 1, 2;
+SELECT tenant, meter, quota, period, mode, plan FROM flagmeter.effective_limits
+WHERE tenant OPERATOR(pg_catalog.~~) 'r-%' ORDER BY tenant, meter;
+COMMIT;
+SELECT kind, tenant, meter, quota FROM flagmeter.changes_since(0)
+WHERE kind OPERATOR(pg_catalog.=) 'limit_changed' AND tenant OPERATOR(pg_catalog.=) 'r-hooli'
+ORDER BY version;
+UNLISTEN *;
+SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
+	($$SELECT flagmeter.track('r-acme', 'api_calls')$$),
+	($$SELECT flagmeter.check('r-acme', 'api_calls')$$),
+	($$SELECT * FROM flagmeter.status$$),
+	($$SELECT * FROM flagmeter.counters$$),
+	($$SELECT flagmeter.set_limit('r-free', 'api_calls', 1)$$),
+	($$DELETE FROM flagmeter.outbox$$)
+) v(sql);
+RESET ROLE;
+
+-- The dashboard reads status, top_tenants, usage_series and stats (issue
+-- 15: usage_series was "permission denied for view current_state").
+SET ROLE regress_flagmeter_dashboard;
+SELECT tenant, meter, used, quota, state FROM flagmeter.status
+WHERE tenant OPERATOR(pg_catalog.~~) 'r-%' ORDER BY tenant, meter;
+SELECT tenant, used FROM flagmeter.top_tenants('storage_gb', 2);
+SELECT bucket_start, used FROM flagmeter.usage_series('r-hooli', 'storage_gb', '2026-02-01', '2026-02-03');
+SELECT pending_events OPERATOR(pg_catalog.>) 0 AS has_pending, blocked FROM flagmeter.stats;
+SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
+	($$SELECT flagmeter.track('r-acme', 'api_calls')$$),
+	($$SELECT flagmeter.consume('r-acme', 'api_calls')$$),
+	($$SELECT flagmeter.assign_plan('r-acme', 'r-free')$$),
+	($$SELECT * FROM flagmeter.outbox$$),
+	($$DELETE FROM flagmeter.events$$)
+) v(sql);
+RESET ROLE;
+
+-- The admin takes a tenant off its plan, forgetting its usage
+SET ROLE regress_flagmeter_app;
+SELECT flagmeter.track('r-leaver', 'api_calls', 1, idempotency_key => 'r-l1');
+SET ROLE regress_flagmeter_admin;
+SELECT flagmeter.unassign_tenant('r-leaver', forget_usage => true);
+RESET ROLE;
+SELECT (SELECT pg_catalog.count(*) FROM flagmeter.events WHERE tenant OPERATOR(pg_catalog.=) 'r-leaver') AS events,
+       (SELECT pg_catalog.count(*) FROM flagmeter.tenants WHERE tenant OPERATOR(pg_catalog.=) 'r-leaver') AS assigned;
 
 -- What flagmeter runs as the owner takes only parameters: hostile text in
 -- any argument is data.
@@ -436,7 +488,6 @@ SELECT flagmeter.track('r-stranger', 'api_calls', 1, '2026-02-01'),
 SELECT granted FROM flagmeter.consume('r-stranger', 'api_calls', 1);
 SELECT granted FROM flagmeter.check('r-stranger', 'api_calls', 1);
 SELECT flagmeter.used(flagmeter.usage('r-stranger', 'api_calls'));
-SELECT pg_catalog.count(*) AS status_rows FROM flagmeter.status WHERE tenant OPERATOR(pg_catalog.~~) 'r-%';
 DROP DOMAIN pg_temp.text, pg_temp.timestamptz, pg_temp.jsonb;
 RESET ROLE;
 SELECT what, by_role OPERATOR(pg_catalog.=) 'regress_flagmeter_app' AS as_the_app,
@@ -527,6 +578,18 @@ SELECT what, pg_catalog.count(*) FROM regress_hostile.pwned GROUP BY what ORDER 
 RESET search_path;
 SET client_min_messages = warning;
 DROP SCHEMA regress_hostile CASCADE;
-DROP OWNED BY regress_flagmeter_app, regress_flagmeter_admin, regress_flagmeter_report CASCADE;
-DROP ROLE regress_flagmeter_app, regress_flagmeter_admin, regress_flagmeter_report;
+-- revoke_access takes back what grant_access gave
+SELECT flagmeter.revoke_access('regress_flagmeter_dashboard', 'dashboard');
+SELECT pg_catalog.count(*) AS dashboard_privileges_left
+FROM flagmeter.access_privileges('dashboard') p
+WHERE (p.object OPERATOR(pg_catalog.~~) 'TABLE %'
+       AND pg_catalog.has_table_privilege('regress_flagmeter_dashboard', pg_catalog.substr(p.object, 7), 'SELECT'))
+   OR (p.object OPERATOR(pg_catalog.~~) 'FUNCTION %'
+       AND pg_catalog.has_function_privilege('regress_flagmeter_dashboard', pg_catalog.substr(p.object, 10), 'EXECUTE'))
+   OR (p.object OPERATOR(pg_catalog.=) 'SCHEMA flagmeter'
+       AND pg_catalog.has_schema_privilege('regress_flagmeter_dashboard', 'flagmeter', 'USAGE'));
+DROP OWNED BY regress_flagmeter_app, regress_flagmeter_admin, regress_flagmeter_report,
+	regress_flagmeter_listener, regress_flagmeter_dashboard CASCADE;
+DROP ROLE regress_flagmeter_app, regress_flagmeter_admin, regress_flagmeter_report,
+	regress_flagmeter_listener, regress_flagmeter_dashboard;
 RESET client_min_messages;

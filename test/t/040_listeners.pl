@@ -7,7 +7,8 @@
 # order, so when a listener has read the marker it has read every
 # notification of the step: "nothing arrived" is checked without sleeping.
 #
-# Claims checked, for both listeners:
+# The listeners connect as a role with the shipped listener layout only
+# (flagmeter.grant_access).  Claims checked, for both listeners:
 #   - nothing for transactions that only track or consume below every
 #     threshold, nor for a rolled-back crossing (transaction or savepoint);
 #   - a crossing is announced after commit, not before, in exactly one
@@ -53,6 +54,8 @@ $node->safe_psql(
 	SELECT flagmeter.set_limit('p', 'calls', $quota, 'lifetime', 'hard', '{80,100}');
 	SELECT flagmeter.assign_plan(t, 'p')
 	FROM unnest(ARRAY['@{[ join "','", @tenants ]}']) t;
+	CREATE ROLE app_listener LOGIN;
+	SELECT flagmeter.grant_access('app_listener', 'listener');
 });
 
 # One value (or several lines) of a query, in a fresh session.
@@ -60,6 +63,14 @@ sub query
 {
 	my ($sql) = @_;
 	return $node->safe_psql('postgres', $sql);
+}
+
+# The same as the app instances' role, which has the shipped listener
+# layout (flagmeter.grant_access(role, 'listener')) and nothing else.
+sub query_as_listener
+{
+	my ($sql) = @_;
+	return $node->safe_psql('postgres', $sql, extra_params => [ '-U', 'app_listener' ]);
 }
 
 # The set-up's own events (limit_changed, plan_changed) are not this test's.
@@ -73,7 +84,7 @@ my $setup_version = query('SELECT flagmeter.latest_version()');
 sub start_listener
 {
 	my ($name) = @_;
-	my $psql = $node->background_psql('postgres');
+	my $psql = $node->background_psql('postgres', extra_params => [ '-U', 'app_listener' ]);
 	$psql->query_safe('SET client_min_messages = warning');
 	$psql->query_safe('LISTEN flagmeter');
 	$psql->query_safe("LISTEN $sync_channel");
@@ -511,14 +522,15 @@ is(query(q{SELECT pg_notification_queue_usage() > 0}), 't',
 # An app instance as the README's client protocol describes it: its
 # version, the blocked tenants it caches, and every version it applied.
 # Queries go through a connection of their own (psql prints notifications
-# among a query's output).
+# among a query's output), as the listener role like the listening session.
 sub load_instance    # step 2
 {
 	my ($i) = @_;
-	my $out = query(
+	my $out = query_as_listener(
 		q{BEGIN ISOLATION LEVEL REPEATABLE READ;
 		  SELECT 'v', flagmeter.latest_version();
 		  SELECT 'b', tenant, meter FROM flagmeter.blocked;
+		  SELECT 'l', count(*) FROM flagmeter.effective_limits;
 		  COMMIT;});
 	$i->{blocked} = {};
 	for my $line (split /\n/, $out)
@@ -546,7 +558,7 @@ sub replay    # changes_since(V), in version order
 	my ($i) = @_;
 	$i->{replays}++;
 	for my $line (split /\n/,
-		query("SELECT version, kind, tenant, meter FROM flagmeter.changes_since($i->{version})"))
+		query_as_listener("SELECT version, kind, tenant, meter FROM flagmeter.changes_since($i->{version})"))
 	{
 		my %e;
 		@e{qw(version kind tenant meter)} = split /\|/, $line, -1;
