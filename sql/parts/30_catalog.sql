@@ -265,7 +265,11 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION flagmeter.define_plan(text) IS 'defines a plan; defining an existing plan does nothing';
 
-CREATE FUNCTION flagmeter.set_limit(plan text, meter text, quota bigint,
+-- set_limit is store_limit then announce_limit: a change that must reach
+-- several shards at once (contrib/plproxy) commits the first with two-phase
+-- commit on every shard and runs the second after, because a transaction
+-- with announcements pending cannot be prepared.
+CREATE FUNCTION flagmeter.store_limit(plan text, meter text, quota bigint,
 	period text DEFAULT 'month', mode text DEFAULT 'hard',
 	thresholds integer[] DEFAULT '{80,100}')
 RETURNS void
@@ -281,18 +285,18 @@ BEGIN
 	IF plan IS NULL THEN
 		RAISE EXCEPTION 'plan must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	IF NOT EXISTS (SELECT FROM flagmeter.plans p WHERE p.plan = set_limit.plan) THEN
+	IF NOT EXISTS (SELECT FROM flagmeter.plans p WHERE p.plan = store_limit.plan) THEN
 		RAISE EXCEPTION 'plan "%" does not exist', left(plan, 64) USING ERRCODE = 'undefined_object',
 			HINT = 'Define it first with flagmeter.define_plan().';
 	END IF;
 	PERFORM flagmeter.check_meter_exists(meter);
 
 	SELECT l.period INTO old_period FROM flagmeter.limits l
-	WHERE l.plan = set_limit.plan AND l.meter = set_limit.meter;
+	WHERE l.plan = store_limit.plan AND l.meter = store_limit.meter;
 
 	INSERT INTO flagmeter.limits AS l (plan, meter, quota, period, mode, thresholds)
-	VALUES (set_limit.plan, set_limit.meter, set_limit.quota, set_limit.period,
-	        set_limit.mode, sorted)
+	VALUES (store_limit.plan, store_limit.meter, store_limit.quota, store_limit.period,
+	        store_limit.mode, sorted)
 	ON CONFLICT ON CONSTRAINT limits_pkey DO UPDATE
 		SET quota = EXCLUDED.quota, period = EXCLUDED.period, mode = EXCLUDED.mode,
 		    thresholds = EXCLUDED.thresholds, updated_at = now();
@@ -301,18 +305,41 @@ BEGIN
 	IF COALESCE(old_period, 'month') <> period THEN
 		FOR t IN
 			SELECT tn.tenant FROM flagmeter.tenants tn
-			WHERE tn.plan = set_limit.plan
+			WHERE tn.plan = store_limit.plan
 			  AND NOT EXISTS (SELECT FROM flagmeter.overrides o
-			                  WHERE o.tenant = tn.tenant AND o.meter = set_limit.meter
+			                  WHERE o.tenant = tn.tenant AND o.meter = store_limit.meter
 			                    AND o.period IS NOT NULL)
 		LOOP
 			PERFORM flagmeter.recount_current_period(t, meter);
 		END LOOP;
 	END IF;
+END $$;
+COMMENT ON FUNCTION flagmeter.store_limit(text, text, bigint, text, text, integer[]) IS
+'the part of set_limit that announces nothing: validates and stores the limit, recounts the current period when its kind changed';
 
+CREATE FUNCTION flagmeter.announce_limit(plan text, meter text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
 	-- announced at commit; a raised limit may unblock tenants of the plan
 	PERFORM flagmeter.announce('limit_changed', NULL, meter, plan);
 	PERFORM flagmeter.review_blocks(NULL, meter, plan);
+END $$;
+COMMENT ON FUNCTION flagmeter.announce_limit(text, text) IS
+'the part of set_limit that announces: limit_changed for the plan and meter, and unblocked for its tenants back under the limit';
+
+CREATE FUNCTION flagmeter.set_limit(plan text, meter text, quota bigint,
+	period text DEFAULT 'month', mode text DEFAULT 'hard',
+	thresholds integer[] DEFAULT '{80,100}')
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM flagmeter.store_limit(plan, meter, quota, period, mode, thresholds);
+	PERFORM flagmeter.announce_limit(plan, meter);
 END $$;
 COMMENT ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) IS
 'sets or replaces the limit of a plan for a meter; applies to the current period at once';

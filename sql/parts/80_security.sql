@@ -49,6 +49,8 @@
 --   GRANT EXECUTE ON FUNCTION
 --       flagmeter.define_meter(text, text, text), flagmeter.define_plan(text),
 --       flagmeter.set_limit(text, text, bigint, text, text, integer[]),
+--       flagmeter.store_limit(text, text, bigint, text, text, integer[]),
+--       flagmeter.announce_limit(text, text),		-- the two halves of set_limit
 --       flagmeter.assign_plan(text, text, timestamptz, text),
 --       flagmeter.override_limit(text, text, bigint, text, text, integer[]),
 --       flagmeter.drop_override(text, text),
@@ -105,6 +107,8 @@ REVOKE ALL ON FUNCTION flagmeter.announce(text, text, text, text, timestamptz, b
 REVOKE ALL ON FUNCTION flagmeter.define_meter(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.define_plan(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.store_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.announce_limit(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_override(text, text) FROM PUBLIC;
@@ -124,3 +128,9 @@ REVOKE ALL ON FUNCTION flagmeter.unschedule() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.configure(interval, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.after_restore() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.index_event_partition(regclass) FROM PUBLIC;
+
+-- Moving tenants to another shard, run as the owner (they create and drop
+-- triggers on flagmeter's tables).
+REVOKE ALL ON FUNCTION flagmeter.fence_partition(integer, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.unfence_partition(integer, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.forget_partition(integer, integer) FROM PUBLIC;

@@ -334,6 +334,8 @@ GRANT EXECUTE ON FUNCTION
 	flagmeter.define_meter(pg_catalog.text, pg_catalog.text, pg_catalog.text),
 	flagmeter.define_plan(pg_catalog.text),
 	flagmeter.set_limit(pg_catalog.text, pg_catalog.text, bigint, pg_catalog.text, pg_catalog.text, integer[]),
+	flagmeter.store_limit(pg_catalog.text, pg_catalog.text, bigint, pg_catalog.text, pg_catalog.text, integer[]),
+	flagmeter.announce_limit(pg_catalog.text, pg_catalog.text),
 	flagmeter.assign_plan(pg_catalog.text, pg_catalog.text, pg_catalog.timestamptz, pg_catalog.text),
 	flagmeter.override_limit(pg_catalog.text, pg_catalog.text, bigint, pg_catalog.text, pg_catalog.text, integer[]),
 	flagmeter.drop_override(pg_catalog.text, pg_catalog.text),
