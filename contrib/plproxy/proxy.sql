@@ -276,7 +276,9 @@ COMMENT ON FUNCTION flagmeter.top_tenants_on_shards(text, integer, text) IS
 'flagmeter.top_tenants of every shard';
 
 -- Exact: the n first of all tenants are among the n first of their shards.
--- The order is the shards' (used or ratio, descending, then tenant).
+-- The order is the shards' (used or ratio, descending, then tenant).  No
+-- LIMIT for an n below 1, which the shards refuse: LIMIT 0 would not even
+-- ask them.
 CREATE FUNCTION flagmeter.top_tenants(meter text, n integer DEFAULT 10, by text DEFAULT 'used')
 RETURNS SETOF flagmeter.status
 LANGUAGE sql STABLE
@@ -284,7 +286,7 @@ AS $$
 SELECT s.* FROM flagmeter.top_tenants_on_shards($1, $2, $3) s
 ORDER BY CASE WHEN $3 OPERATOR(pg_catalog.=) 'used' THEN s.used::double precision ELSE s.ratio END DESC,
          s.tenant
-LIMIT $2
+LIMIT CASE WHEN $2 OPERATOR(pg_catalog.>) 0 THEN $2 END
 $$;
 COMMENT ON FUNCTION flagmeter.top_tenants(text, integer, text) IS
 'the n tenants of all shards with a limit on the meter that use the most in their current period, by used or by ratio';
