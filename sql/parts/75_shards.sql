@@ -40,6 +40,22 @@ END $$;
 COMMENT ON FUNCTION flagmeter.check_partition(integer, integer) IS
 'raises a clear error unless partitions is a power of two and partition one of them';
 
+-- A partition's fence is six triggers named after it; the one on tenants
+-- stands for them all.
+CREATE FUNCTION flagmeter.is_fenced(partitions integer, partition integer)
+RETURNS boolean
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM flagmeter.check_partition(partitions, partition);
+	RETURN EXISTS (SELECT FROM pg_trigger t
+	               WHERE t.tgname = format('flagmeter_moving_%s_of_%s_new', partition, partitions)
+	                 AND t.tgrelid = 'flagmeter.tenants'::regclass);
+END $$;
+COMMENT ON FUNCTION flagmeter.is_fenced(integer, integer) IS
+'whether a partition is fenced here (being moved away)';
+
 -- The fence's trigger: with arguments (partitions, partition) on the rows
 -- of tenants, whose WHEN clause has already matched the partition; without,
 -- on the catalog, which must not change while a partition is away (a new
@@ -79,9 +95,7 @@ DECLARE
 	name text := format('flagmeter_moving_%s_of_%s', partition, partitions);
 	f record;
 BEGIN
-	PERFORM flagmeter.check_partition(partitions, partition);
-	IF EXISTS (SELECT FROM pg_trigger t WHERE t.tgname = name || '_new'
-	           AND t.tgrelid = 'flagmeter.tenants'::regclass) THEN
+	IF flagmeter.is_fenced(partitions, partition) THEN
 		RETURN;
 	END IF;
 	-- Creating a trigger waits for the transactions writing the table and
@@ -120,9 +134,10 @@ AS $$
 DECLARE
 	name text := format('flagmeter_moving_%s_of_%s', partition, partitions);
 	t record;
-	found_fence boolean := false;
 BEGIN
-	PERFORM flagmeter.check_partition(partitions, partition);
+	IF NOT flagmeter.is_fenced(partitions, partition) THEN
+		RETURN false;
+	END IF;
 	FOR t IN
 		SELECT tg.tgname, tg.tgrelid::regclass AS rel FROM pg_trigger tg
 		WHERE tg.tgname IN (name || '_new', name || '_old')
@@ -130,7 +145,6 @@ BEGIN
 		                     'flagmeter.tenants'::regclass, 'flagmeter.overrides'::regclass)
 	LOOP
 		EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
-		found_fence := true;
 	END LOOP;
 	IF NOT EXISTS (SELECT FROM pg_trigger tg WHERE tg.tgname ~ '^flagmeter_moving_[0-9]+_of_[0-9]+_new$'
 	               AND tg.tgrelid = 'flagmeter.tenants'::regclass) THEN
@@ -143,7 +157,7 @@ BEGIN
 			EXECUTE format('DROP TRIGGER flagmeter_moving_catalog ON %s', t.rel);
 		END LOOP;
 	END IF;
-	RETURN found_fence;
+	RETURN true;
 END $$;
 COMMENT ON FUNCTION flagmeter.unfence_partition(integer, integer) IS
 'drops the fence of a partition (a move given up: its tenants are served here again); false when it was not fenced';
@@ -164,10 +178,7 @@ DECLARE
 	n bigint;
 	deleted bigint := 0;
 BEGIN
-	PERFORM flagmeter.check_partition(partitions, partition);
-	IF NOT EXISTS (SELECT FROM pg_trigger t
-	               WHERE t.tgname = format('flagmeter_moving_%s_of_%s_new', partition, partitions)
-	                 AND t.tgrelid = 'flagmeter.tenants'::regclass) THEN
+	IF NOT flagmeter.is_fenced(partitions, partition) THEN
 		RAISE EXCEPTION 'partition % of % is not fenced', partition, partitions
 			USING ERRCODE = 'object_not_in_prerequisite_state',
 			      HINT = 'Fence it with flagmeter.fence_partition() and copy its tenants to their new shard first.';
