@@ -189,5 +189,17 @@ done
 events_a=$(sql a -c 'SELECT count(*) FROM flagmeter.events')
 events_b=$(sql b -c 'SELECT count(*) FROM flagmeter.events')
 fm_log "load at the end $(cut -d' ' -f1-3 /proc/loadavg); events recorded: shard a $events_a, shard b $events_b"
+# What a tenant and an event take on a shard (shard a, after the runs):
+# an event's row and index entries in events (the retention keeps them),
+# and the tenant's catalog row and counter rows (current periods).
+sizes=$(sql a -c "SELECT
+	(SELECT sum(pg_total_relation_size(i.inhrelid))::bigint FROM pg_inherits i
+	 WHERE i.inhparent = 'flagmeter.events'::regclass) / (SELECT count(*) FROM flagmeter.events),
+	pg_total_relation_size('flagmeter.tenants') / (SELECT count(*) FROM flagmeter.tenants),
+	pg_total_relation_size('flagmeter.counters') / (SELECT count(DISTINCT tenant) FROM flagmeter.counters),
+	round((SELECT count(*) FROM flagmeter.counters)::numeric / (SELECT count(DISTINCT tenant) FROM flagmeter.counters), 1)")
+IFS='|' read -r per_event per_tenant per_counters counter_rows <<<"$sizes"
+fm_log "shard a: $per_event bytes per event (row and indexes), $per_tenant bytes per tenant row," \
+	"$per_counters bytes of counters per tenant ($counter_rows rows: stripes of one meter's period)"
 printf '\n%-8s %10s %16s %8s\n' workload 'node tps' 'proxy+2 tps' ratio
 printf '%s\n' "${results[@]}"
