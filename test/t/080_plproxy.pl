@@ -51,10 +51,16 @@ if (!-f "$sharedir/extension/plproxy.control")
 	my $policy = `apt-cache policy postgresql-$major-plproxy 2>/dev/null`;
 	plan skip_all => "PL/Proxy is not packaged for PostgreSQL $major"
 	  if $policy !~ /Candidate: (?!\(none\))/;
-	BAIL_OUT("PL/Proxy is not installed: apt-get install postgresql-$major-plproxy");
+	plan tests => 1;
+	fail("PL/Proxy is not installed: apt-get install postgresql-$major-plproxy");
+	exit;
 }
-BAIL_OUT("flagmeter_proxy is not installed (make install)")
-  unless -f "$sharedir/extension/flagmeter_proxy.control";
+if (!-f "$sharedir/extension/flagmeter_proxy.control")
+{
+	plan tests => 1;
+	fail("flagmeter_proxy is not installed in $sharedir/extension (make install)");
+	exit;
+}
 
 my $root = dirname(__FILE__) . '/../..';
 my $P = 4;
