@@ -40,6 +40,12 @@ SQL_PARTS  = $(sort $(wildcard sql/parts/*.sql))
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA       = $(wildcard sql/$(EXTENSION)--*--*.sql)
 
+# flagmeter_proxy, the API in a PL/Proxy proxy database (README "Scale-out"):
+# the counter and decision types of sql/parts, then contrib/plproxy/proxy.sql.
+PROXY_PARTS = sql/parts/10_counter.sql sql/parts/15_decision.sql contrib/plproxy/proxy.sql
+DATA_built += contrib/plproxy/flagmeter_proxy--$(EXTVERSION).sql
+DATA       += contrib/plproxy/flagmeter_proxy.control
+
 REGRESS      = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))
 REGRESS_OPTS = --inputdir=test --load-extension=flagmeter
 
@@ -66,6 +72,9 @@ include $(PGXS)
 
 sql/$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS)
 	cat $^ > $@
+
+contrib/plproxy/flagmeter_proxy--$(EXTVERSION).sql: $(PROXY_PARTS)
+	{ printf '%s\n' '\echo Use "CREATE EXTENSION flagmeter_proxy" to load this file. \quit'; cat $^; } > $@
 
 # PGXS tracks header dependencies only in servers built with --enable-depend:
 # rebuild every object when any of our headers changes.

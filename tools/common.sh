@@ -44,6 +44,7 @@ FM_PG_CONFIG=$FM_PG_BINDIR/pg_config
 
 # Everything `make test` / `make demo` needs, by Debian package name.
 FM_DEB_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron
+	postgresql-15-plproxy  # test/t/080_plproxy.pl, bench/plproxy.sh
 	libipc-run-perl make gcc
 	clang-14 libclang-rt-14-dev sqlsmith)  # fuzzing: libFuzzer (fuzz/), sqlsmith
 

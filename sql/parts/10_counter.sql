@@ -182,6 +182,23 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 COMMENT ON FUNCTION flagmeter.usage_ratio(flagmeter.quota_counter) IS
 'used / quota (1.0 at the limit); NULL when unlimited';
 
+-- The figure of a counter that a meter's aggregation calls "used".
+CREATE FUNCTION flagmeter.used_by(counter flagmeter.quota_counter, aggregation text)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+-- (CASE WHEN with qualified operators: CASE x WHEN would resolve = through
+-- the caller's search_path)
+SELECT CASE
+	WHEN $2 OPERATOR(pg_catalog.=) 'count' THEN flagmeter.events($1)
+	WHEN $2 OPERATOR(pg_catalog.=) 'max' THEN COALESCE(flagmeter.max_amount($1), 0)
+	WHEN $2 OPERATOR(pg_catalog.=) 'latest' THEN COALESCE(flagmeter.latest($1), 0)
+	ELSE flagmeter.used($1)
+END
+$$;
+COMMENT ON FUNCTION flagmeter.used_by(flagmeter.quota_counter, text) IS
+'the figure of a counter that an aggregation (sum, count, max, latest) counts as used';
+
 -- Aggregates --------------------------------------------------------------------
 
 CREATE FUNCTION flagmeter.quota_counter_add_event(flagmeter.quota_counter, bigint, timestamptz)

@@ -48,6 +48,18 @@ CREATE TABLE flagmeter.limits (
 COMMENT ON TABLE flagmeter.limits IS
 'the quota of a plan for one meter per period, hard (consume refuses past it) or soft (grants and reports overage), with alert thresholds in percent';
 
+-- What store_limit changed and announce_limit has not announced yet: the
+-- limits in force before, per tenant (contrib/plproxy commits the first
+-- with two-phase commit and runs the second in a later transaction).
+CREATE TABLE flagmeter.pending_limit_changes (
+	plan		text NOT NULL,
+	meter		text NOT NULL,
+	before		jsonb NOT NULL,
+	PRIMARY KEY (plan, meter)
+);
+COMMENT ON TABLE flagmeter.pending_limit_changes IS
+'limits in force before a store_limit, per tenant, kept until announce_limit announces the change';
+
 CREATE TABLE flagmeter.tenants (
 	tenant		text PRIMARY KEY,
 	plan		text NOT NULL REFERENCES flagmeter.plans,
@@ -280,7 +292,11 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION flagmeter.define_plan(text) IS 'defines a plan; defining an existing plan does nothing';
 
-CREATE FUNCTION flagmeter.set_limit(plan text, meter text, quota bigint,
+-- set_limit is store_limit then announce_limit: a change that must reach
+-- several shards at once (contrib/plproxy) commits the first with two-phase
+-- commit on every shard and runs the second after, because a transaction
+-- with announcements pending cannot be prepared.
+CREATE FUNCTION flagmeter.store_limit(plan text, meter text, quota bigint,
 	period text DEFAULT 'month', mode text DEFAULT 'hard',
 	thresholds integer[] DEFAULT '{80,100}')
 RETURNS void
@@ -290,32 +306,80 @@ AS $$
 DECLARE
 	before jsonb;
 	sorted integer[] := flagmeter.check_thresholds(thresholds);
+	r record;
 BEGIN
 	PERFORM flagmeter.check_limit_args(quota, period, mode, thresholds, false);
 	IF plan IS NULL THEN
 		RAISE EXCEPTION 'plan must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	IF NOT EXISTS (SELECT FROM flagmeter.plans p WHERE p.plan = set_limit.plan) THEN
+	IF NOT EXISTS (SELECT FROM flagmeter.plans p WHERE p.plan = store_limit.plan) THEN
 		RAISE EXCEPTION 'plan "%" does not exist', left(plan, 64) USING ERRCODE = 'undefined_object',
 			HINT = 'Define it first with flagmeter.define_plan().';
 	END IF;
 	PERFORM flagmeter.check_meter_exists(meter);
 
 	-- the limit in force for the meter of every tenant of the plan, before
-	SELECT jsonb_object_agg(t.tenant, flagmeter.limit_configs(t.tenant, set_limit.meter))
-	INTO before FROM flagmeter.tenants t WHERE t.plan = set_limit.plan;
+	SELECT jsonb_object_agg(t.tenant, flagmeter.limit_configs(t.tenant, store_limit.meter))
+	INTO before FROM flagmeter.tenants t WHERE t.plan = store_limit.plan;
 
 	INSERT INTO flagmeter.limits AS l (plan, meter, quota, period, mode, thresholds)
-	VALUES (set_limit.plan, set_limit.meter, set_limit.quota, set_limit.period,
-	        set_limit.mode, sorted)
+	VALUES (store_limit.plan, store_limit.meter, store_limit.quota, store_limit.period,
+	        store_limit.mode, sorted)
 	ON CONFLICT ON CONSTRAINT limits_pkey DO UPDATE
 		SET quota = EXCLUDED.quota, period = EXCLUDED.period, mode = EXCLUDED.mode,
 		    thresholds = EXCLUDED.thresholds, updated_at = now();
 
+	-- A period that moved for a tenant is recounted now; what changed is
+	-- kept for announce_limit, which may run in a later transaction.
+	FOR r IN
+		SELECT b.tenant, m.meter FROM jsonb_each(COALESCE(before, '{}')) b(tenant, limits)
+		CROSS JOIN jsonb_each(b.limits) m(meter, old)
+		CROSS JOIN LATERAL flagmeter.limit_config(b.tenant, m.meter) c
+		WHERE (m.old -> 'period', m.old -> 'anchor', m.old -> 'timezone')
+		      IS DISTINCT FROM (to_jsonb(c) -> 'period', to_jsonb(c) -> 'anchor', to_jsonb(c) -> 'timezone')
+		ORDER BY 1, 2
+	LOOP
+		PERFORM flagmeter.recount_current_period(r.tenant, r.meter);
+	END LOOP;
+	INSERT INTO flagmeter.pending_limit_changes AS p (plan, meter, before)
+	VALUES (store_limit.plan, store_limit.meter, COALESCE(before, '{}'))
+	ON CONFLICT ON CONSTRAINT pending_limit_changes_pkey DO UPDATE SET before = p.before || EXCLUDED.before;
+END $$;
+COMMENT ON FUNCTION flagmeter.store_limit(text, text, bigint, text, text, integer[]) IS
+'the part of set_limit that announces nothing: validates and stores the limit, recounts the current period where it moved, and keeps the limits in force before for announce_limit';
+
+CREATE FUNCTION flagmeter.announce_limit(plan text, meter text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	l record;
+	before jsonb;
+BEGIN
+	DELETE FROM flagmeter.pending_limit_changes p
+	WHERE p.plan = announce_limit.plan AND p.meter = announce_limit.meter
+	RETURNING p.before INTO before;
+	SELECT li.quota, li.period, li.mode, li.thresholds INTO l FROM flagmeter.limits li
+	WHERE li.plan = announce_limit.plan AND li.meter = announce_limit.meter;
 	-- the plan's own limit, then every tenant whose limit in force changed
-	PERFORM flagmeter.announce('limit_changed', NULL, meter, plan, NULL, NULL, quota,
-	                           period, mode, sorted);
+	PERFORM flagmeter.announce('limit_changed', NULL, meter, plan, NULL, NULL, l.quota,
+	                           l.period, l.mode, l.thresholds);
 	PERFORM flagmeter.apply_limit_changes(before);
+END $$;
+COMMENT ON FUNCTION flagmeter.announce_limit(text, text) IS
+'the part of set_limit that announces: limit_changed for the plan and meter, and unblocked for its tenants back under the limit';
+
+CREATE FUNCTION flagmeter.set_limit(plan text, meter text, quota bigint,
+	period text DEFAULT 'month', mode text DEFAULT 'hard',
+	thresholds integer[] DEFAULT '{80,100}')
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM flagmeter.store_limit(plan, meter, quota, period, mode, thresholds);
+	PERFORM flagmeter.announce_limit(plan, meter);
 END $$;
 COMMENT ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) IS
 'sets or replaces the limit of a plan for a meter; applies to the current period at once';

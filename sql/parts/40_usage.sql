@@ -15,19 +15,6 @@
 --   event_keys  idempotency keys and the decisions given for them.
 -- ---------------------------------------------------------------------------
 
-CREATE TYPE flagmeter.decision AS (
-	granted		boolean,
-	used		bigint,
-	quota		bigint,
-	remaining	bigint,
-	resets_at	timestamptz,
-	overage		bigint,
-	meter		text,
-	reason		text
-);
-COMMENT ON TYPE flagmeter.decision IS
-'answer of consume and check: granted, used and remaining after the call (unchanged when denied), quota, remaining and overage NULL when unlimited, resets_at NULL for lifetime, overage = used beyond the quota (soft limits), reason why (ok, over_soft_limit, unlimited, quota_exceeded, other_meter_refused)';
-
 -- Raw events, partitioned by the day they were recorded (UTC) so that
 -- retention drops whole partitions; maintain() creates the partitions ahead
 -- of time, and the default partition catches rows when it has not run.

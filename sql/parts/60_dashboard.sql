@@ -4,23 +4,6 @@
 -- never all raw events, so a dashboard over a year stays fast.
 -- ---------------------------------------------------------------------------
 
--- The figure of a counter that a meter's aggregation calls "used".
-CREATE FUNCTION flagmeter.used_by(counter flagmeter.quota_counter, aggregation text)
-RETURNS bigint
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-AS $$
--- (CASE WHEN with qualified operators: CASE x WHEN would resolve = through
--- the caller's search_path)
-SELECT CASE
-	WHEN $2 OPERATOR(pg_catalog.=) 'count' THEN flagmeter.events($1)
-	WHEN $2 OPERATOR(pg_catalog.=) 'max' THEN COALESCE(flagmeter.max_amount($1), 0)
-	WHEN $2 OPERATOR(pg_catalog.=) 'latest' THEN COALESCE(flagmeter.latest($1), 0)
-	ELSE flagmeter.used($1)
-END
-$$;
-COMMENT ON FUNCTION flagmeter.used_by(flagmeter.quota_counter, text) IS
-'the figure of a counter that an aggregation (sum, count, max, latest) counts as used';
-
 CREATE VIEW flagmeter.status AS
 SELECT l.tenant, l.meter, b.period_start, b.period_end,
        flagmeter.used_by(u.counter, l.aggregation) AS used,
@@ -38,6 +21,17 @@ CROSS JOIN LATERAL flagmeter.period_bounds(now(), l.period, l.anchor, l.timezone
 CROSS JOIN LATERAL (SELECT flagmeter.usage(l.tenant, l.meter) AS counter) u;
 COMMENT ON VIEW flagmeter.status IS
 'one row per tenant and limited meter for the current period: used, quota, remaining, ratio, and state (ok below the lowest threshold, warning from it, exceeded once used >= quota); exact';
+
+-- The status of one tenant, as a call that takes the tenant first: what a
+-- PL/Proxy proxy routes to the tenant's shard (a view cannot be routed).
+CREATE FUNCTION flagmeter.status(tenant text)
+RETURNS SETOF flagmeter.status
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+SELECT s.* FROM flagmeter.status s WHERE s.tenant OPERATOR(pg_catalog.=) $1 ORDER BY s.meter
+$$;
+COMMENT ON FUNCTION flagmeter.status(text) IS
+'the rows of the status view for one tenant, by meter';
 
 CREATE FUNCTION flagmeter.top_tenants(meter text, n integer DEFAULT 10, by text DEFAULT 'used')
 RETURNS SETOF flagmeter.status
@@ -62,12 +56,15 @@ END $$;
 COMMENT ON FUNCTION flagmeter.top_tenants(text, integer, text) IS
 'the n tenants with a limit on the meter that use the most in their current period, ranked by used or by ratio';
 
--- The usage of one tenant and meter per bucket, zero buckets included.
--- Folded usage comes from the rollups (hourly for hour buckets and for time
--- zones other than UTC, daily otherwise); events not folded yet are added
--- from the raw events above the watermark.
-CREATE FUNCTION flagmeter.usage_series(tenant text, meter text, "from" timestamptz, "to" timestamptz,
-	bucket text DEFAULT 'day', timezone text DEFAULT 'UTC')
+-- The usage of one tenant (NULL: of all tenants together) and meter per
+-- bucket, zero buckets included: the body of usage_series and
+-- usage_series_all.  Folded usage comes from the rollups (hourly for hour
+-- buckets and for time zones other than UTC, daily otherwise); events not
+-- folded yet are added from the raw events above the watermark.  The
+-- tenant test is "IS NULL OR =": the plans of a call for one tenant are
+-- custom plans with that test folded, so they keep the primary-key scans.
+CREATE FUNCTION flagmeter.series(tenant text, meter text, "from" timestamptz, "to" timestamptz,
+	bucket text, timezone text)
 RETURNS TABLE (bucket_start timestamptz, used bigint, counter flagmeter.quota_counter)
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -78,9 +75,8 @@ DECLARE
 	first_bucket timestamptz;
 	watermark xid8 := (SELECT m.folded_through FROM flagmeter.current_state m);
 BEGIN
-	PERFORM flagmeter.check_tenant(tenant);
 	PERFORM flagmeter.check_meter_exists(meter);
-	SELECT m.aggregation INTO aggregation FROM flagmeter.meters m WHERE m.meter = usage_series.meter;
+	SELECT m.aggregation INTO aggregation FROM flagmeter.meters m WHERE m.meter = series.meter;
 	IF "from" IS NULL OR "to" IS NULL OR NOT isfinite("from") OR NOT isfinite("to") THEN
 		RAISE EXCEPTION 'from and to must be finite timestamps' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
@@ -112,25 +108,25 @@ BEGIN
 		SELECT date_trunc(bucket, r.bucket_start, timezone) AS b, r.counter
 		FROM flagmeter.rollup_hour r
 		WHERE (bucket = 'hour' OR timezone <> 'UTC')
-		  AND r.tenant = usage_series.tenant AND r.meter = usage_series.meter
+		  AND (series.tenant IS NULL OR r.tenant = series.tenant) AND r.meter = series.meter
 		  AND r.bucket_start >= first_bucket AND r.bucket_start < "to"
 		UNION ALL
 		SELECT date_trunc(bucket, r.bucket_start, timezone), r.counter
 		FROM flagmeter.rollup_day r
 		WHERE bucket <> 'hour' AND timezone = 'UTC'
-		  AND r.tenant = usage_series.tenant AND r.meter = usage_series.meter
+		  AND (series.tenant IS NULL OR r.tenant = series.tenant) AND r.meter = series.meter
 		  AND r.bucket_start >= first_bucket AND r.bucket_start < "to"
 		UNION ALL
 		SELECT date_trunc(bucket, e.occurred_at, timezone),
 		       flagmeter.event_counter(e.amount, e.occurred_at)
 		FROM flagmeter.events e
-		WHERE e.tenant = usage_series.tenant AND e.meter = usage_series.meter
+		WHERE (series.tenant IS NULL OR e.tenant = series.tenant) AND e.meter = series.meter
 		  AND e.occurred_at >= first_bucket AND e.occurred_at < "to"
 		  AND e.xid >= flagmeter.xid_int(watermark)
 	), pending_voids AS (
 		SELECT date_trunc(bucket, v.occurred_at, timezone) AS b, sum(v.amount)::bigint AS amount, count(*) AS n
 		FROM flagmeter.voids v
-		WHERE v.tenant = usage_series.tenant AND v.meter = usage_series.meter
+		WHERE (series.tenant IS NULL OR v.tenant = series.tenant) AND v.meter = series.meter
 		  AND v.occurred_at >= first_bucket AND v.occurred_at < "to"
 		  AND v.xid >= watermark
 		GROUP BY 1
@@ -148,6 +144,29 @@ BEGIN
 	LEFT JOIN net n ON n.b = k.b
 	ORDER BY k.b;
 END $$;
+COMMENT ON FUNCTION flagmeter.series(text, text, timestamptz, timestamptz, text, text) IS
+'usage of a tenant (NULL: all tenants) and meter per bucket: the body of usage_series and usage_series_all';
+
+CREATE FUNCTION flagmeter.usage_series(tenant text, meter text, "from" timestamptz, "to" timestamptz,
+	bucket text DEFAULT 'day', timezone text DEFAULT 'UTC')
+RETURNS TABLE (bucket_start timestamptz, used bigint, counter flagmeter.quota_counter)
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM flagmeter.check_tenant(tenant);
+	RETURN QUERY SELECT * FROM flagmeter.series(tenant, meter, "from", "to", bucket, timezone);
+END $$;
 COMMENT ON FUNCTION flagmeter.usage_series(text, text, timestamptz, timestamptz, text, text) IS
 'usage of a tenant and meter per hour, day or month bucket (in the given time zone) from "from" up to "to", zero buckets included; includes events not folded yet';
+
+CREATE FUNCTION flagmeter.usage_series_all(meter text, "from" timestamptz, "to" timestamptz,
+	bucket text DEFAULT 'day', timezone text DEFAULT 'UTC')
+RETURNS TABLE (bucket_start timestamptz, used bigint, counter flagmeter.quota_counter)
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+SELECT * FROM flagmeter.series(NULL, $1, $2, $3, $4, $5)
+$$;
+COMMENT ON FUNCTION flagmeter.usage_series_all(text, timestamptz, timestamptz, text, text) IS
+'usage of all tenants together of a meter per hour, day or month bucket, like usage_series: counter merges every tenant''s events of the bucket';
 

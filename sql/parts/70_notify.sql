@@ -37,7 +37,7 @@ CREATE UNIQUE INDEX outbox_threshold_once ON flagmeter.outbox (tenant, meter, pe
 	WHERE kind OPERATOR(pg_catalog.=) 'threshold'::pg_catalog.text;
 CREATE INDEX outbox_created_at ON flagmeter.outbox USING brin (created_at);
 COMMENT ON TABLE flagmeter.outbox IS
-'every quota event (threshold reached, blocked, unblocked, limit or plan changed) with a version in commit order; resets_at: when a blocked period ends; quota, period, mode, thresholds of limit_changed: the limit now in force; notified is false when the notification was skipped under backpressure';
+'every quota event (threshold reached, blocked, unblocked, limit or plan changed) with a version in commit order; resets_at: when a blocked period ends; quota, period, mode, thresholds of limit_changed: the limit now in force; notified is false when the notification was skipped under backpressure; a negative version marks a threshold row copied from another shard by a tenant move (kept so that the threshold is not announced twice, never replayed)';
 
 CREATE TABLE flagmeter.blocked (
 	tenant			text NOT NULL,
@@ -175,7 +175,9 @@ BEGIN
 		RAISE EXCEPTION 'version must not be NULL' USING ERRCODE = 'null_value_not_allowed',
 			HINT = 'Start from flagmeter.latest_version() after reading the state you cache.';
 	END IF;
-	RETURN QUERY SELECT o.* FROM flagmeter.outbox o WHERE o.version > changes_since.version
+	-- rows a tenant move copied here have negative versions: history, not news
+	RETURN QUERY SELECT o.* FROM flagmeter.outbox o
+	WHERE o.version > changes_since.version AND o.version > 0
 	ORDER BY o.version;
 END $$;
 COMMENT ON FUNCTION flagmeter.changes_since(bigint) IS
@@ -185,7 +187,7 @@ CREATE FUNCTION flagmeter.latest_version()
 RETURNS bigint
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
-SELECT COALESCE(pg_catalog.max(o.version), 0) FROM flagmeter.outbox o
+SELECT GREATEST(pg_catalog.max(o.version), 0) FROM flagmeter.outbox o
 $$;
 COMMENT ON FUNCTION flagmeter.latest_version() IS
 'the version of the latest recorded quota event (0 when none): where a fresh app instance starts';

@@ -80,6 +80,8 @@ REVOKE ALL ON FUNCTION flagmeter.review_usage(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.define_meter(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.define_plan(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.store_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.announce_limit(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_override(text, text) FROM PUBLIC;
@@ -168,6 +170,8 @@ BEGIN
 			'flagmeter.define_meter(text, text, text)',
 			'flagmeter.define_plan(text)',
 			'flagmeter.set_limit(text, text, bigint, text, text, integer[])',
+			'flagmeter.store_limit(text, text, bigint, text, text, integer[])',
+			'flagmeter.announce_limit(text, text)',
 			'flagmeter.assign_plan(text, text, timestamptz, text)',
 			'flagmeter.override_limit(text, text, bigint, text, text, integer[])',
 			'flagmeter.drop_override(text, text)',
@@ -185,7 +189,7 @@ BEGIN
 			'flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[])',
 			'flagmeter.usage(text, text, timestamptz)']) f;
 		RETURN QUERY SELECT 'SELECT, INSERT, UPDATE, DELETE', 'TABLE ' || t FROM unnest(ARRAY[
-			'flagmeter.plans', 'flagmeter.counters'] || config_tables || feature_tables) t;
+			'flagmeter.plans', 'flagmeter.counters', 'flagmeter.pending_limit_changes'] || config_tables || feature_tables) t;
 		RETURN QUERY SELECT 'SELECT, DELETE', 'TABLE ' || t FROM unnest(ARRAY[
 			'flagmeter.events', 'flagmeter.event_keys', 'flagmeter.voids', 'flagmeter.rollup_hour',
 			'flagmeter.rollup_day', 'flagmeter.outbox']) t;
@@ -235,3 +239,8 @@ COMMENT ON FUNCTION flagmeter.revoke_access(regrole, text) IS
 REVOKE ALL ON FUNCTION flagmeter.grant_access(regrole, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.revoke_access(regrole, text) FROM PUBLIC;
 
+-- Moving tenants to another shard, run as the owner (they create and drop
+-- triggers on flagmeter's tables).
+REVOKE ALL ON FUNCTION flagmeter.fence_partition(integer, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.unfence_partition(integer, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.forget_partition(integer, integer) FROM PUBLIC;

@@ -1,0 +1,720 @@
+-- ---------------------------------------------------------------------------
+-- flagmeter_proxy: flagmeter's API in a PL/Proxy proxy database.
+--
+-- The install script flagmeter_proxy--0.1.0.sql is this file after
+-- sql/parts/10_counter.sql and 15_decision.sql (the Makefile concatenates
+-- them): a proxy has the quota_counter and decision types, so that usage()
+-- and the merges below return real counters, and nothing of the tables.
+--
+-- Every shard is an ordinary database with flagmeter.  The cluster is the
+-- plproxy SQL/MED server "flagmeter", with options partition_0 ..
+-- partition_<P-1> (P a power of two) naming the shards' connection strings;
+-- several partitions may name one shard (that is how a shard is added
+-- later: README "Scale-out").  Here, in schema flagmeter:
+--
+--   routed by tenant   RUN ON tenant_hash(tenant): track, consume (both),
+--                      check, usage, void, assign_plan, override_limit,
+--                      drop_override, limit_config, status(tenant),
+--                      usage_series, unassign_tenant, override_feature,
+--                      drop_feature_override, has_feature, feature_config
+--   split by shard     track_batch (SPLIT on its arrays)
+--   run on all shards  and merged here: the view status, top_tenants,
+--                      usage_series_all
+--   every shard or none, by two-phase commit (on_every_shard):
+--                      define_meter, define_plan, set_limit
+--   not yet proxied    track_events and consume_batch (arrays of tenants:
+--                      they need a SPLIT like track_batch, and consume_batch's
+--                      ordering across shards), define_feature, set_feature,
+--                      drop_plan, drop_meter, configure (every shard or none),
+--                      the untyped overloads consume(text, text, text, text)
+--                      and track(text, text, bigint, text, text), the views
+--                      tenant_features and entitlements, grant_access
+--
+-- Adding a later per-tenant call: a plproxy function of the same signature
+-- whose body is "CLUSTER 'flagmeter'; RUN ON flagmeter.tenant_hash(tenant);"
+-- (the tenant first, as every per-tenant call of flagmeter takes it), its
+-- COMMENT, and in the list above; a call that changes what every shard
+-- must agree on (a plan's features, say) is a plpgsql function that passes
+-- the shard-side call to flagmeter.on_every_shard(), with what it announces
+-- as the second argument when it announces anything.  Then an update
+-- script, and a line in test/t/080_plproxy.pl.
+--
+-- What PL/Proxy does not give: a transaction across calls.  Each call
+-- commits on its shard when it returns, whatever the proxy transaction
+-- does after; the caller's unit of retry is the call, and idempotency keys
+-- make a retry safe.
+-- ---------------------------------------------------------------------------
+
+-- Routing ---------------------------------------------------------------------
+
+-- hashtext(tenant), as PL/Proxy maps it to a partition and as the shards'
+-- flagmeter.partition_of() does; a NULL tenant goes to the partition of ''
+-- so that a shard reports it as flagmeter does (22004), not PL/Proxy.
+-- SETOF and SQL, so that the query PL/Proxy runs for it is inlined.
+CREATE FUNCTION flagmeter.tenant_hash(tenant text)
+RETURNS SETOF integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 1
+AS $$
+SELECT pg_catalog.hashtext(COALESCE($1, ''::pg_catalog.text))
+$$;
+COMMENT ON FUNCTION flagmeter.tenant_hash(text) IS
+'the hash PL/Proxy routes a tenant''s calls by: hashtext(tenant), NULL as the empty string (so that the shard reports it)';
+
+-- Calls routed to the tenant's shard ---------------------------------------------
+-- The defaults are evaluated here: occurred_at defaults to the proxy's now().
+-- PL/Proxy functions must be VOLATILE, the readers too.
+
+CREATE FUNCTION flagmeter.track(tenant text, meter text, amount bigint DEFAULT 1,
+	occurred_at timestamptz DEFAULT now(), idempotency_key text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.track(text, text, bigint, timestamptz, text) IS
+'flagmeter.track on the tenant''s shard; committed there when it returns';
+
+CREATE FUNCTION flagmeter.consume(tenant text, meter text, amount bigint DEFAULT 1,
+	idempotency_key text DEFAULT NULL)
+RETURNS flagmeter.decision
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.consume(text, text, bigint, text) IS
+'flagmeter.consume on the tenant''s shard, where the tenant''s limit is enforced; committed there when it returns';
+
+CREATE FUNCTION flagmeter.consume(tenant text, meters text[], amounts bigint[],
+	idempotency_key text DEFAULT NULL)
+RETURNS SETOF flagmeter.decision
+LANGUAGE plproxy VOLATILE ROWS 2
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.consume(text, text[], bigint[], text) IS
+'flagmeter.consume across several meters on the tenant''s shard: all or nothing there';
+
+CREATE FUNCTION flagmeter."check"(tenant text, meter text, amount bigint DEFAULT 1)
+RETURNS flagmeter.decision
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter."check"(text, text, bigint) IS
+'flagmeter.check on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.usage(tenant text, meter text, at timestamptz DEFAULT now())
+RETURNS flagmeter.quota_counter
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.usage(text, text, timestamptz) IS
+'flagmeter.usage on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.void(tenant text, idempotency_key text)
+RETURNS boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.void(text, text) IS
+'flagmeter.void on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.assign_plan(tenant text, plan text,
+	anchor timestamptz DEFAULT NULL, timezone text DEFAULT NULL)
+RETURNS void
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) IS
+'flagmeter.assign_plan on the tenant''s shard, which holds the tenant''s row and announces plan_changed to its listeners';
+
+CREATE FUNCTION flagmeter.override_limit(tenant text, meter text, quota bigint,
+	period text DEFAULT NULL, mode text DEFAULT NULL, thresholds integer[] DEFAULT NULL)
+RETURNS void
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) IS
+'flagmeter.override_limit on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.drop_override(tenant text, meter text)
+RETURNS boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.drop_override(text, text) IS
+'flagmeter.drop_override on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.unassign_tenant(tenant text, forget_usage boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.unassign_tenant(text, boolean) IS
+'flagmeter.unassign_tenant on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.override_feature(tenant text, feature text, enabled boolean,
+	config jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.override_feature(text, text, boolean, jsonb) IS
+'flagmeter.override_feature on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.drop_feature_override(tenant text, feature text)
+RETURNS boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.drop_feature_override(text, text) IS
+'flagmeter.drop_feature_override on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.has_feature(tenant text, feature text)
+RETURNS boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.has_feature(text, text) IS
+'flagmeter.has_feature on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.feature_config(tenant text, feature text)
+RETURNS jsonb
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.feature_config(text, text) IS
+'flagmeter.feature_config on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.limit_config(tenant text, meter text,
+	OUT aggregation text, OUT plan text, OUT quota bigint, OUT period text,
+	OUT mode text, OUT thresholds integer[], OUT anchor timestamptz, OUT timezone text)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE ROWS 1
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.limit_config(text, text) IS
+'flagmeter.limit_config on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.usage_series(tenant text, meter text, "from" timestamptz, "to" timestamptz,
+	bucket text DEFAULT 'day', timezone text DEFAULT 'UTC')
+RETURNS TABLE (bucket_start timestamptz, used bigint, counter flagmeter.quota_counter)
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.usage_series(text, text, timestamptz, timestamptz, text, text) IS
+'flagmeter.usage_series on the tenant''s shard';
+
+-- track_batch: one call per shard with that shard's events ---------------------------
+
+CREATE FUNCTION flagmeter.track_batch_split(tenants text[], meters text[], amounts bigint[],
+	occurred_at timestamptz[], idempotency_keys text[])
+RETURNS SETOF bigint
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	SPLIT tenants, meters, amounts, occurred_at, idempotency_keys;
+	RUN ON flagmeter.tenant_hash(tenants);
+	TARGET flagmeter.track_batch;
+$$;
+COMMENT ON FUNCTION flagmeter.track_batch_split(text[], text[], bigint[], timestamptz[], text[]) IS
+'track_batch''s events split by shard, one track_batch per shard in parallel; how many each counted';
+
+CREATE FUNCTION flagmeter.track_batch_whole(tenants text[], meters text[], amounts bigint[],
+	occurred_at timestamptz[], idempotency_keys text[])
+RETURNS bigint
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON 0;
+	TARGET flagmeter.track_batch;
+$$;
+COMMENT ON FUNCTION flagmeter.track_batch_whole(text[], text[], bigint[], timestamptz[], text[]) IS
+'track_batch''s arguments, unsplit, to the shard of partition 0: for arguments the split cannot take, which the shard reports as flagmeter does';
+
+-- All or nothing per shard: a shard that fails rolls back its part, the
+-- others' parts are committed.  Retrying the whole batch with its
+-- idempotency keys counts what is missing and skips what was counted.
+CREATE FUNCTION flagmeter.track_batch(tenants text[], meters text[], amounts bigint[],
+	occurred_at timestamptz[] DEFAULT NULL, idempotency_keys text[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n integer := cardinality(tenants);
+BEGIN
+	-- NULL, empty, uneven or multi-dimensional arrays: one shard says what
+	-- is wrong (or counts nothing) exactly as one node would
+	IF n IS NULL OR n = 0 OR meters IS NULL OR amounts IS NULL
+	   OR array_ndims(tenants) <> 1 OR array_ndims(meters) IS DISTINCT FROM 1
+	   OR array_ndims(amounts) IS DISTINCT FROM 1
+	   OR cardinality(meters) <> n OR cardinality(amounts) <> n
+	   OR cardinality(occurred_at) <> n OR cardinality(idempotency_keys) <> n
+	   OR array_ndims(occurred_at) <> 1 OR array_ndims(idempotency_keys) <> 1 THEN
+		RETURN flagmeter.track_batch_whole(tenants, meters, amounts, occurred_at, idempotency_keys);
+	END IF;
+	-- SPLIT needs arrays; NULL elements mean what the NULL array meant
+	RETURN (SELECT COALESCE(sum(c), 0)::bigint
+	        FROM flagmeter.track_batch_split(tenants, meters, amounts,
+	                 COALESCE(occurred_at, array_fill(NULL::timestamptz, ARRAY[n])),
+	                 COALESCE(idempotency_keys, array_fill(NULL::text, ARRAY[n]))) c);
+END $$;
+COMMENT ON FUNCTION flagmeter.track_batch(text[], text[], bigint[], timestamptz[], text[]) IS
+'flagmeter.track_batch split by shard, the parts run in parallel; how many events were counted; all or nothing per shard, not across shards';
+
+-- Dashboards across shards ------------------------------------------------------------
+
+CREATE FUNCTION flagmeter.status_on_shards()
+RETURNS TABLE (tenant text, meter text, period_start timestamptz, period_end timestamptz,
+	used bigint, quota bigint, remaining bigint, ratio double precision, state text,
+	mode text, period text, plan text)
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON ALL;
+	SELECT * FROM flagmeter.status;
+$$;
+COMMENT ON FUNCTION flagmeter.status_on_shards() IS
+'the status view of every shard';
+
+CREATE VIEW flagmeter.status AS
+SELECT s.tenant, s.meter, s.period_start, s.period_end, s.used, s.quota, s.remaining,
+       s.ratio, s.state, s.mode, s.period, s.plan
+FROM flagmeter.status_on_shards() s;
+COMMENT ON VIEW flagmeter.status IS
+'flagmeter.status of every shard (each tenant is on one shard): a filter on tenant still asks every shard; flagmeter.status(tenant) asks one';
+
+CREATE FUNCTION flagmeter.status(tenant text)
+RETURNS SETOF flagmeter.status
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.status(text) IS
+'flagmeter.status(tenant) on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.top_tenants_on_shards(meter text, n integer, by text)
+RETURNS SETOF flagmeter.status
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON ALL;
+	TARGET flagmeter.top_tenants;
+$$;
+COMMENT ON FUNCTION flagmeter.top_tenants_on_shards(text, integer, text) IS
+'flagmeter.top_tenants of every shard';
+
+-- Exact: the n first of all tenants are among the n first of their shards.
+-- The order is the shards' (used or ratio, descending, then tenant).  No
+-- LIMIT for an n below 1, which the shards refuse: LIMIT 0 would not even
+-- ask them.
+CREATE FUNCTION flagmeter.top_tenants(meter text, n integer DEFAULT 10, by text DEFAULT 'used')
+RETURNS SETOF flagmeter.status
+LANGUAGE sql STABLE
+AS $$
+SELECT s.* FROM flagmeter.top_tenants_on_shards($1, $2, $3) s
+ORDER BY CASE WHEN $3 OPERATOR(pg_catalog.=) 'used' THEN s.used::double precision ELSE s.ratio END DESC,
+         s.tenant
+LIMIT CASE WHEN $2 OPERATOR(pg_catalog.>) 0 THEN $2 END
+$$;
+COMMENT ON FUNCTION flagmeter.top_tenants(text, integer, text) IS
+'the n tenants of all shards with a limit on the meter that use the most in their current period, by used or by ratio';
+
+-- Each shard's series with the meter's aggregation, so that "used" of the
+-- merged counter is what one node would compute (the max of a max meter,
+-- the latest of a latest meter, not their sums).
+-- (Arguments named apart from SQL's words: PL/Proxy replaces an argument's
+-- name wherever it stands in the query, FROM included.)
+CREATE FUNCTION flagmeter.usage_series_all_on_shards(series_meter text, series_from timestamptz,
+	series_to timestamptz, series_bucket text, series_timezone text)
+RETURNS TABLE (bucket_start timestamptz, used bigint, counter flagmeter.quota_counter, aggregation text)
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON ALL;
+	SELECT s.bucket_start, s.used, s.counter, m.aggregation
+	FROM flagmeter.usage_series_all($1, $2, $3, $4, $5) s
+	JOIN flagmeter.meters m ON m.meter OPERATOR(pg_catalog.=) $1;
+$$;
+COMMENT ON FUNCTION flagmeter.usage_series_all_on_shards(text, timestamptz, timestamptz, text, text) IS
+'flagmeter.usage_series_all of every shard, with the meter''s aggregation';
+
+CREATE FUNCTION flagmeter.usage_series_all(meter text, "from" timestamptz, "to" timestamptz,
+	bucket text DEFAULT 'day', timezone text DEFAULT 'UTC')
+RETURNS TABLE (bucket_start timestamptz, used bigint, counter flagmeter.quota_counter)
+LANGUAGE sql STABLE
+AS $$
+SELECT s.bucket_start, flagmeter.used_by(flagmeter.merge_agg(s.counter), pg_catalog.min(s.aggregation)),
+       flagmeter.merge_agg(s.counter)
+FROM flagmeter.usage_series_all_on_shards($1, $2, $3, $4, $5) s
+GROUP BY s.bucket_start
+ORDER BY s.bucket_start
+$$;
+COMMENT ON FUNCTION flagmeter.usage_series_all(text, timestamptz, timestamptz, text, text) IS
+'usage of all tenants of all shards per bucket: the shards'' series merged bucket by bucket (quota_counter merges are exact for sum, count, max and latest)';
+
+-- The shards -----------------------------------------------------------------------
+
+-- The distinct connection strings of the cluster's partitions, numbered in
+-- the order of their first partition, with the user mapping's user and
+-- password when they are visible to the caller (as PL/Proxy adds them).
+CREATE FUNCTION flagmeter.shards(OUT shard integer, OUT partitions integer[], OUT connstr text)
+RETURNS SETOF record
+LANGUAGE sql STABLE
+AS $$
+WITH server AS (
+	SELECT s.oid, s.srvoptions FROM pg_catalog.pg_foreign_server s
+	WHERE s.srvname OPERATOR(pg_catalog.=) 'flagmeter'
+), parts AS (
+	SELECT (pg_catalog.regexp_match(o, '^partition_([0-9]+)='))[1]::integer AS partition,
+	       pg_catalog.substr(o, pg_catalog.strpos(o, '=') OPERATOR(pg_catalog.+) 1) AS connstr
+	FROM server, pg_catalog.unnest(server.srvoptions) o
+	WHERE o OPERATOR(pg_catalog.~) '^partition_[0-9]+='
+), mapping AS (
+	SELECT pg_catalog.string_agg(pg_catalog.quote_ident(pg_catalog.split_part(o, '=', 1))
+	                             OPERATOR(pg_catalog.||) '=' OPERATOR(pg_catalog.||)
+	                             pg_catalog.quote_literal(pg_catalog.substr(o, pg_catalog.strpos(o, '=') OPERATOR(pg_catalog.+) 1)),
+	                             ' ') AS options
+	FROM (SELECT u.umoptions FROM pg_catalog.pg_user_mappings u, server
+	      WHERE u.srvid OPERATOR(pg_catalog.=) server.oid
+	        AND u.usename OPERATOR(pg_catalog.=) ANY (ARRAY[CURRENT_USER::pg_catalog.text, 'public'])
+	      ORDER BY u.usename OPERATOR(pg_catalog.=) 'public' LIMIT 1) m,
+	     pg_catalog.unnest(m.umoptions) o
+	WHERE pg_catalog.split_part(o, '=', 1) OPERATOR(pg_catalog.=) ANY (ARRAY['user', 'password'])
+)
+SELECT (pg_catalog.row_number() OVER (ORDER BY pg_catalog.min(p.partition)))::integer,
+       pg_catalog.array_agg(p.partition ORDER BY p.partition),
+       pg_catalog.concat_ws(' ', p.connstr, (SELECT mapping.options FROM mapping))
+FROM parts p
+GROUP BY p.connstr
+ORDER BY 1
+$$;
+COMMENT ON FUNCTION flagmeter.shards() IS
+'the shards of the PL/Proxy cluster "flagmeter": each distinct partition connection string (with the user mapping''s user and password when the caller can see them), its partitions, numbered in the order of its first partition';
+
+-- One dblink session per shard, named after its number.  dblink is called
+-- through the schema it was installed in, wherever that is.
+--   connect     argument: the connection string (a stale session of the
+--               same name, left by an interrupted call, is closed first)
+--   exec        argument: a command (a SELECT returns one column); returns
+--               its status, or its rows
+--   prepared    argument: an interval; the gids of flagmeter's prepared
+--               transactions in the shard's database at least that old
+--   disconnect  closes the session if it is open
+CREATE FUNCTION flagmeter.shard_link(action text, shard integer, argument text DEFAULT NULL)
+RETURNS SETOF text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	dblink name := (SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+	                WHERE e.extname = 'dblink');
+	conn text := 'flagmeter_shard_' || shard;
+	is_open boolean;
+BEGIN
+	IF dblink IS NULL THEN
+		RAISE EXCEPTION 'extension "dblink" is not installed in this database'
+			USING ERRCODE = 'undefined_object', HINT = 'CREATE EXTENSION dblink;';
+	END IF;
+	EXECUTE format('SELECT $1 = ANY (COALESCE(%I.dblink_get_connections(), ''{}''))', dblink)
+		INTO is_open USING conn;
+	CASE action
+	WHEN 'connect' THEN
+		IF is_open THEN
+			EXECUTE format('SELECT %I.dblink_disconnect($1)', dblink) USING conn;
+		END IF;
+		EXECUTE format('SELECT %I.dblink_connect($1, $2)', dblink) USING conn, argument;
+	WHEN 'exec' THEN
+		-- dblink(), not dblink_exec(), which refuses a SELECT: a command's
+		-- status, or the one column of each row a SELECT returns
+		RETURN QUERY EXECUTE format('SELECT t.r FROM %I.dblink($1, $2) AS t(r text)', dblink)
+			USING conn, argument;
+	WHEN 'prepared' THEN
+		RETURN QUERY EXECUTE format('SELECT t.gid FROM %I.dblink($1, $2) AS t(gid text)', dblink)
+			USING conn, format('SELECT gid FROM pg_catalog.pg_prepared_xacts'
+			                   ' WHERE gid LIKE ''flagmeter:%%'' AND database = pg_catalog.current_database()'
+			                   '   AND prepared <= pg_catalog.now() - %L::interval ORDER BY gid', argument);
+	WHEN 'disconnect' THEN
+		IF is_open THEN
+			EXECUTE format('SELECT %I.dblink_disconnect($1)', dblink) USING conn;
+		END IF;
+	END CASE;
+END $$;
+COMMENT ON FUNCTION flagmeter.shard_link(text, integer, text) IS
+'the dblink session of on_every_shard and resolve_prepared with one shard: connect, exec, prepared (gids of flagmeter''s prepared transactions), disconnect';
+
+-- Catalog changes on every shard or on none -------------------------------------------
+
+-- Two-phase commit over the shards, in their order: every shard runs
+-- command in a transaction and prepares it; once all have, each commits;
+-- then each runs after_commit (what the change announces to that shard's
+-- listeners, which a prepared transaction cannot carry) on its own.
+-- The order is what makes an interrupted change decidable afterwards
+-- (resolve_prepared): shards prepare and commit first to last and roll back
+-- last to first, so a change still prepared on the first shard was
+-- committed nowhere, and one the first shard no longer holds while others
+-- do was being committed.
+-- The shards need max_prepared_transactions above 0, and flagmeter not
+-- preloaded or preloaded with flagmeter.shared_limits = 0: with the shared
+-- limit cache, a transaction that changed the catalog cannot be prepared.
+CREATE FUNCTION flagmeter.on_every_shard(command text, after_commit text DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	connstrs text[];
+	partitions text[];
+	n integer;
+	i integer;
+	current integer;
+	prepared integer := 0;
+	committed integer := 0;
+	-- one gid per shard: gids are unique per server, which may hold
+	-- several shards
+	gid text := 'flagmeter:' || gen_random_uuid() || ':';
+	state text;
+	message text;
+	detail text;
+	hint text;
+BEGIN
+	IF command IS NULL THEN
+		RAISE EXCEPTION 'command must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	SELECT array_agg(x.connstr ORDER BY x.shard), array_agg(x.partitions::text ORDER BY x.shard)
+	INTO connstrs, partitions FROM flagmeter.shards() x;
+	n := COALESCE(cardinality(connstrs), 0);
+	IF n = 0 THEN
+		RAISE EXCEPTION 'the PL/Proxy cluster "flagmeter" has no partitions'
+			USING ERRCODE = 'undefined_object',
+			      HINT = 'CREATE SERVER flagmeter FOREIGN DATA WRAPPER plproxy OPTIONS (partition_0 ''...'', ...).';
+	END IF;
+
+	BEGIN
+		FOR i IN 1..n LOOP
+			current := i;
+			PERFORM flagmeter.shard_link('connect', i, connstrs[i]);
+			PERFORM flagmeter.shard_link('exec', i, 'BEGIN');
+			PERFORM flagmeter.shard_link('exec', i, command);
+		END LOOP;
+		FOR i IN 1..n LOOP
+			current := i;
+			PERFORM flagmeter.shard_link('exec', i, format('PREPARE TRANSACTION %L', gid || i));
+			prepared := i;
+		END LOOP;
+	EXCEPTION WHEN OTHERS THEN
+		GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+		                        detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+		FOR i IN REVERSE prepared..1 LOOP
+			BEGIN
+				PERFORM flagmeter.shard_link('exec', i, format('ROLLBACK PREPARED %L', gid || i));
+			EXCEPTION WHEN OTHERS THEN
+				RAISE WARNING 'shard % keeps transaction % prepared: %', i, gid || i, SQLERRM
+					USING HINT = 'SELECT flagmeter.resolve_prepared() rolls it back.';
+			END;
+		END LOOP;
+		FOR i IN 1..n LOOP
+			PERFORM flagmeter.shard_link('disconnect', i);
+		END LOOP;
+		detail := concat_ws(' ', NULLIF(detail, ''),
+		                    format('No shard was changed (partitions %s, %s).', partitions[current],
+		                           regexp_replace(connstrs[current], 'password=\S+', 'password=...')));
+		IF hint = '' THEN
+			RAISE EXCEPTION 'shard % of %: %', current, n, message USING ERRCODE = state, DETAIL = detail;
+		END IF;
+		RAISE EXCEPTION 'shard % of %: %', current, n, message
+			USING ERRCODE = state, DETAIL = detail, HINT = hint;
+	END;
+
+	BEGIN
+		FOR i IN 1..n LOOP
+			current := i;
+			PERFORM flagmeter.shard_link('exec', i, format('COMMIT PREPARED %L', gid || i));
+			committed := i;
+		END LOOP;
+	EXCEPTION WHEN OTHERS THEN
+		message := SQLERRM;
+		FOR i IN 1..n LOOP
+			PERFORM flagmeter.shard_link('disconnect', i);
+		END LOOP;
+		RAISE EXCEPTION 'the change is prepared on every shard but committed on % of %', committed, n
+			USING ERRCODE = 'transaction_resolution_unknown',
+			      DETAIL = format('Shard %s: %s. Transaction %s<shard> stays prepared on the shards after %s; it holds its locks there.',
+			                      current, message, gid, committed),
+			      HINT = format('Once shard %s answers, SELECT flagmeter.resolve_prepared() commits it on the rest.', current);
+	END;
+
+	FOR i IN 1..n LOOP
+		IF after_commit IS NOT NULL THEN
+			BEGIN
+				PERFORM flagmeter.shard_link('exec', i, after_commit);
+			EXCEPTION WHEN OTHERS THEN
+				RAISE WARNING 'the change is committed on every shard, but shard % did not run: %', i, after_commit
+					USING DETAIL = SQLERRM,
+					      HINT = 'Run it on that shard: its listeners have not heard of the change.';
+			END;
+		END IF;
+		PERFORM flagmeter.shard_link('disconnect', i);
+	END LOOP;
+	RETURN n;
+END $$;
+COMMENT ON FUNCTION flagmeter.on_every_shard(text, text) IS
+'runs command on every shard with two-phase commit (all commit or none does), then after_commit on each on its own; returns the number of shards; an interrupted commit is finished by resolve_prepared()';
+
+-- Finishes the two-phase commits on_every_shard left prepared (a shard or
+-- the proxy went away between PREPARE and the last COMMIT PREPARED): the
+-- first shard decides, by the order above.  Only transactions at least
+-- older_than old, so as not to race an on_every_shard still running.
+CREATE FUNCTION flagmeter.resolve_prepared(older_than interval DEFAULT '1 minute',
+	OUT gid text, OUT shard integer, OUT action text)
+RETURNS SETOF record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	connstrs text[];
+	n integer;
+	i integer;
+	found_on jsonb := '{}';		-- change -> {shard: its gid there}
+	reachable boolean[] := '{}';
+	g text;
+	change text;
+	first_has boolean;
+BEGIN
+	SELECT array_agg(x.connstr ORDER BY x.shard) INTO connstrs FROM flagmeter.shards() x;
+	n := COALESCE(cardinality(connstrs), 0);
+	FOR i IN 1..n LOOP
+		BEGIN
+			PERFORM flagmeter.shard_link('connect', i, connstrs[i]);
+			FOR g IN SELECT * FROM flagmeter.shard_link('prepared', i, older_than::text) LOOP
+				change := regexp_replace(g, ':[0-9]+$', '');
+				found_on := jsonb_set(found_on, ARRAY[change],
+				                      COALESCE(found_on -> change, '{}') || jsonb_build_object(i::text, g));
+			END LOOP;
+			reachable[i] := true;
+		EXCEPTION WHEN OTHERS THEN
+			reachable[i] := false;
+			RAISE WARNING 'shard % does not answer: %', i, SQLERRM;
+		END;
+	END LOOP;
+	FOR change IN SELECT k FROM jsonb_object_keys(found_on) k ORDER BY k LOOP
+		IF NOT reachable[1] THEN
+			gid := change;
+			shard := 1;
+			action := 'undecided: the first shard does not answer';
+			RETURN NEXT;
+			CONTINUE;
+		END IF;
+		first_has := (found_on -> change) ? '1';
+		FOR shard, gid IN SELECT e.key::integer, e.value FROM jsonb_each_text(found_on -> change) e
+		                  ORDER BY 1 DESC LOOP
+			IF first_has THEN
+				PERFORM flagmeter.shard_link('exec', shard, format('ROLLBACK PREPARED %L', gid));
+				action := 'rolled back';
+			ELSE
+				PERFORM flagmeter.shard_link('exec', shard, format('COMMIT PREPARED %L', gid));
+				action := 'committed';
+			END IF;
+			RETURN NEXT;
+		END LOOP;
+	END LOOP;
+	FOR i IN 1..n LOOP
+		PERFORM flagmeter.shard_link('disconnect', i);
+	END LOOP;
+END $$;
+COMMENT ON FUNCTION flagmeter.resolve_prepared(interval) IS
+'finishes the two-phase commits of on_every_shard left prepared at least older_than ago: rolled back on every shard while the first shard still holds it (committed nowhere), else committed on the shards that hold it';
+
+-- The catalog calls that every shard must agree on ----------------------------------
+
+CREATE FUNCTION flagmeter.define_meter(meter text, aggregation text DEFAULT 'sum', unit text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM flagmeter.on_every_shard(
+		format('SELECT flagmeter.define_meter(%L::text, %L::text, %L::text)', meter, aggregation, unit));
+END $$;
+COMMENT ON FUNCTION flagmeter.define_meter(text, text, text) IS
+'flagmeter.define_meter on every shard or on none (two-phase commit)';
+
+CREATE FUNCTION flagmeter.define_plan(plan text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM flagmeter.on_every_shard(format('SELECT flagmeter.define_plan(%L::text)', plan));
+END $$;
+COMMENT ON FUNCTION flagmeter.define_plan(text) IS
+'flagmeter.define_plan on every shard or on none (two-phase commit)';
+
+-- store_limit under two-phase commit, announce_limit after it: every
+-- shard tells its own listeners, and unblocks its own tenants.
+CREATE FUNCTION flagmeter.set_limit(plan text, meter text, quota bigint,
+	period text DEFAULT 'month', mode text DEFAULT 'hard',
+	thresholds integer[] DEFAULT '{80,100}')
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM flagmeter.on_every_shard(
+		format('SELECT flagmeter.store_limit(%L::text, %L::text, %L::bigint, %L::text, %L::text, %L::integer[])',
+		       plan, meter, quota, period, mode, thresholds),
+		format('SELECT flagmeter.announce_limit(%L::text, %L::text)', plan, meter));
+END $$;
+COMMENT ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) IS
+'flagmeter.set_limit on every shard or on none: the limit by two-phase commit, then each shard announces it';
+
+-- Privileges, as on a shard: what writes or changes configuration is not
+-- for PUBLIC.
+REVOKE ALL ON FUNCTION flagmeter.track(text, text, bigint, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.track_batch(text[], text[], bigint[], timestamptz[], text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.track_batch_split(text[], text[], bigint[], timestamptz[], text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.track_batch_whole(text[], text[], bigint[], timestamptz[], text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.consume(text, text, bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.consume(text, text[], bigint[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter."check"(text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.usage(text, text, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.void(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.define_meter(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.define_plan(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.drop_override(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.on_every_shard(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.resolve_prepared(interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.shard_link(text, integer, text) FROM PUBLIC;

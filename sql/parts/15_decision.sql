@@ -1,0 +1,19 @@
+-- ---------------------------------------------------------------------------
+-- The answer of consume and check.  Here, next to the counter, because a
+-- PL/Proxy proxy database (contrib/plproxy) carries both types and nothing
+-- of the tables: its install script is built from this part and the
+-- counter's.
+-- ---------------------------------------------------------------------------
+
+CREATE TYPE flagmeter.decision AS (
+	granted		boolean,
+	used		bigint,
+	quota		bigint,
+	remaining	bigint,
+	resets_at	timestamptz,
+	overage		bigint,
+	meter		text,
+	reason		text
+);
+COMMENT ON TYPE flagmeter.decision IS
+'answer of consume and check: granted, used and remaining after the call (unchanged when denied), quota, remaining and overage NULL when unlimited, resets_at NULL for lifetime, overage = used beyond the quota (soft limits), reason why (ok, over_soft_limit, unlimited, quota_exceeded, other_meter_refused)';
