@@ -342,6 +342,10 @@ BEGIN
 		RAISE EXCEPTION 'plan "%" does not exist', left(plan, 64) USING ERRCODE = 'undefined_object',
 			HINT = 'Define it first with flagmeter.define_plan().';
 	END IF;
+	-- a zone name, not a POSIX offset such as '+05:30' (which reads as UTC-05:30)
+	IF timezone IS NOT NULL THEN
+		PERFORM flagmeter.check_timezone(timezone);
+	END IF;
 	SELECT t.anchor, t.timezone INTO current_anchor, current_timezone
 	FROM flagmeter.tenants t WHERE t.tenant = assign_plan.tenant;
 	anchor := COALESCE(anchor, current_anchor, now());
@@ -590,6 +594,15 @@ COMMENT ON FUNCTION flagmeter.drop_meter(text, boolean) IS
 'drops a meter; refused (2BP01) while plans limit it, tenants override it or it has recorded usage, unless force, which drops those with all its usage, events and idempotency keys; false when there is no such meter';
 
 -- Helpers of the catalog API ---------------------------------------------------
+
+-- The zones flagmeter stores (tenants) and groups by (usage_series): names
+-- of pg_timezone_names only (src/period.c).
+CREATE FUNCTION flagmeter.check_timezone(timezone text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'fm_check_timezone'
+LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION flagmeter.check_timezone(text) IS
+'raises a clear error unless timezone is the name of a zone of pg_timezone_names (POSIX specifications such as +05:30, read with their sign inverted, are refused)';
 
 -- The C check every call makes (src/args.c), so that one bound holds everywhere.
 CREATE FUNCTION flagmeter.check_tenant(tenant text)
