@@ -88,10 +88,7 @@ BEGIN
 		RAISE EXCEPTION 'invalid bucket "%"', left(bucket, 64) USING ERRCODE = 'invalid_parameter_value',
 			HINT = 'Valid buckets are "hour", "day" and "month".';
 	END IF;
-	IF timezone IS NULL THEN
-		RAISE EXCEPTION 'time zone must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	PERFORM flagmeter.period_bounds("from", 'day', "from", timezone);	-- validates the zone
+	PERFORM flagmeter.check_timezone(timezone);	-- a zone name, NULL refused
 	IF "to" <= "from" THEN
 		RETURN;
 	END IF;

@@ -283,6 +283,9 @@ INSERT INTO cases (sql) VALUES
 	($$SELECT assign_plan('acme', 'free', '-infinity')$$),
 	($$SELECT assign_plan('acme', 'free', '2026-01-01', '')$$),
 	($$SELECT assign_plan('acme', 'free', '2026-01-01', 'Mars/Olympus_Mons')$$),
+	($$SELECT assign_plan('acme', 'free', '2026-01-01', '+05:30')$$),
+	($$SELECT assign_plan('acme', 'free', '2026-01-01', 'UTC+3')$$),
+	($$SELECT assign_plan('acme', 'free', '2026-01-01', '<+0530>-05:30')$$),
 	($$SELECT assign_plan('acme', 'free', '2026-01-01', E'UTC\x01')$$),
 	($$SELECT assign_plan('acme', 'free', '2026-01-01', repeat('z', 10000000))$$),
 	-- override_limit(tenant, meter, quota, period, mode, thresholds)
