@@ -86,8 +86,7 @@ class WebhookDeliverer {
     this._closed = false
     this._busy = new Map() // "webhook/tenant" -> promise of its attempt
     this._aborts = new Set()
-    this._timer = null
-    this._wake = null
+    this._sleepers = new Set()
     this._kicked = false
     this._loop = null
   }
@@ -105,26 +104,33 @@ class WebhookDeliverer {
   /** New quota events may be in the outbox: look now rather than at the next poll. */
   kick () {
     this._kicked = true
-    if (this._wake) this._wake()
+    this._wakeAll()
   }
 
   async close () {
     this._closed = true
     for (const a of this._aborts) a.abort()
-    if (this._wake) this._wake()
+    this._wakeAll()
     if (this._loop) await this._loop
   }
 
+  /** Resolves after ms, or at once on kick() or close(); its timer never outlives it. */
   _sleep (ms) {
     if (this._closed || this._kicked) return Promise.resolve()
+    let timer
+    let wake
     return new Promise((resolve) => {
-      this._wake = resolve
-      this._timer = setTimeout(resolve, ms)
+      wake = resolve
+      timer = setTimeout(resolve, ms)
+      this._sleepers.add(wake)
     }).finally(() => {
-      clearTimeout(this._timer)
-      this._timer = null
-      this._wake = null
+      clearTimeout(timer)
+      this._sleepers.delete(wake)
     })
+  }
+
+  _wakeAll () {
+    for (const wake of this._sleepers) wake()
   }
 
   async _run () {

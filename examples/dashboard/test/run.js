@@ -1,7 +1,8 @@
 'use strict'
 // npm test: test/*.test.js with node:test against the cluster in PGHOST and
 // PGPORT (as `make test` hands it over; a cluster with flagmeter
-// installed).  Each file creates a database of its own and starts the app
+// installed).  flagmeter is created once, in a template database each file
+// clones (test/helpers.js).  Each file starts the app
 // as child processes on ports 54363-54380.  The browser test needs
 // Debian's chromium and installs it when missing and run as root.
 const { spawn } = require('node:child_process')
@@ -15,5 +16,17 @@ if (!process.env.PGHOST || !process.env.PGPORT) {
 const only = process.argv.slice(2)
 const files = fs.readdirSync(__dirname).filter((f) => f.endsWith('.test.js'))
   .filter((f) => only.length === 0 || only.some((o) => f.includes(o))).sort().map((f) => path.join(__dirname, f))
-const child = spawn(process.execPath, ['--test', '--test-concurrency=1', ...files], { stdio: 'inherit' })
-child.on('exit', (code, sig) => { process.exitCode = code ?? (sig ? 1 : 0) })
+
+async function main () {
+  const { template } = require('./helpers')
+  await template('CREATE')
+  const child = spawn(process.execPath, ['--test', '--test-concurrency=1', ...files], { stdio: 'inherit' })
+  const code = await new Promise((resolve) => child.on('exit', (c, sig) => resolve(c ?? (sig ? 1 : 0))))
+  await template('DROP').catch((err) => console.error(err.message))
+  process.exitCode = code
+}
+
+main().catch((err) => {
+  console.error(err)
+  process.exitCode = 1
+})
