@@ -66,9 +66,12 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: $(SQL_PARTS)
 # rebuild every object when any of our headers changes.
 $(OBJS): $(wildcard src/*.h)
 
-.PHONY: demo test bench
+.PHONY: demo dashboard test bench
 demo:
 	bash tools/demo.sh
+
+dashboard:
+	bash tools/dashboard.sh
 
 test:
 	bash tools/test.sh

@@ -45,6 +45,10 @@ function createApp (opts) {
   const log = opts.log ?? ((msg) => console.error(msg))
   const fm = new FlagMeter({ connectionString: opts.databaseUrl, poolSize: opts.poolSize ?? 20 })
   fm.on('error', (err) => log(`flagmeter listener: ${err.message} (reconnecting)`))
+  // an idle pool connection that the server ends (a restart, a terminated
+  // backend) is dropped by the pool; unheard, node-postgres's 'error' would
+  // end the process
+  fm.pool.on('error', (err) => log(`pool: ${err.message}`))
   const metrics = createMetrics(fm)
   for (const kind of ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed']) {
     fm.on(kind, () => metrics.quotaEvents.inc({ kind }))
