@@ -16,6 +16,9 @@
 #              when the server log shows a crash
 #   node       the Node.js client's node:test suite (clients/node, `npm test`)
 #              against this cluster; one test
+#   dashboard  the reference app's node:test suite (examples/dashboard,
+#              `npm test`: API, webhooks, browser) against this cluster; one
+#              test
 #
 # Each suite is its own `make installcheck` (the other two switched off on the
 # command line: REGRESS= / ISOLATION= / TAP_TESTS=), because a single
@@ -174,6 +177,30 @@ run_node_client() {
 	run_as_pg env HOME="$FM_TMP" bash -c 'cd "$1" && npm test' _ "$dir"
 }
 
+# run_dashboard: the reference app's suite (examples/dashboard, node:test:
+# two app instances, webhooks under failure, a real browser) against this
+# cluster, as the unprivileged user, counted as one check.  As root,
+# Debian's chromium is installed first when missing (the browser test
+# fails, not skips, without it) and the build is installed again, as for
+# the node suite.  The screenshot stays in $FM_TMP/dashboard-output.
+run_dashboard() {
+	local dir=$FM_SRC/examples/dashboard d
+	for d in "$FM_SRC/clients/node" "$dir"; do
+		if [[ ! -d $d/node_modules ]]; then
+			run_as_pg env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
+				bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$d" || return 1
+		fi
+	done
+	if ((EUID == 0)); then
+		if [[ ! -x /usr/bin/chromium ]]; then
+			DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium || return 1
+		fi
+		make -C "$FM_SRC" --no-print-directory PG_CONFIG="$FM_PG_CONFIG" install >/dev/null || return 1
+	fi
+	run_as_pg env HOME="$FM_TMP" DASHBOARD_TEST_OUTPUT="$FM_TMP/dashboard-output" \
+		bash -c 'cd "$1" && npm test' _ "$dir"
+}
+
 # has_files GLOB: true if the glob matches at least one file.
 has_files() { compgen -G "$1" >/dev/null; }
 
@@ -238,6 +265,11 @@ main() {
 		run_check node run_node_client
 	else
 		fm_log "suite node: no clients/node, skipped"
+	fi
+	if has_files "$FM_SRC/examples/dashboard/package.json"; then
+		run_check dashboard run_dashboard
+	else
+		fm_log "suite dashboard: no examples/dashboard, skipped"
 	fi
 
 	if ((TOTAL_PASSED + TOTAL_FAILED == 0)); then
