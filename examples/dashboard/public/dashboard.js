@@ -84,6 +84,12 @@
     $('chart-total').textContent = `${fmt(total)} ${s.meter} in the last hour`
     $('chart').dataset.total = String(total)
     const data = [xs, ys]
+    if (view.chart && view.chartMeter !== s.meter) {
+      // the legend names the meter: a new chart for another one
+      view.chart.destroy()
+      view.chart = null
+    }
+    view.chartMeter = s.meter
     if (!view.chart) {
       view.chart = new uPlot({
         width: Math.max(300, $('chart').clientWidth),
@@ -93,7 +99,6 @@
         scales: { x: { time: true } }
       }, data, $('chart'))
     } else {
-      view.chart.series[1].label = `${s.meter} per minute`
       view.chart.setData(data)
     }
   }

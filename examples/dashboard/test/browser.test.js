@@ -33,8 +33,14 @@ before(async () => {
            flagmeter.set_limit('free', 'tokens', 5000, 'month', 'soft');
     SELECT flagmeter.define_plan('pro'), flagmeter.set_limit('pro', 'api_calls', 1000, 'month', 'hard'),
            flagmeter.set_limit('pro', 'tokens', 100000, 'month', 'soft');
-    SELECT flagmeter.assign_plan('acme', 'free'), flagmeter.assign_plan('globex', 'pro');
-    SELECT flagmeter.track('globex', 'tokens', 40000);`)
+    -- months from two hours ago, so that the last hour's events are in this period
+    SELECT flagmeter.assign_plan(t, p, now() - interval '2 hours')
+    FROM (VALUES ('acme', 'free'), ('globex', 'pro'), ('initech', 'free')) v(t, p);
+    -- globex: 40 000 tokens over the last 40 minutes; initech at 84 % of its tokens
+    SELECT flagmeter.track_batch(array_fill('globex'::text, ARRAY[40]), array_fill('tokens'::text, ARRAY[40]),
+        (SELECT array_agg(900 + 50 * (i % 5)) FROM generate_series(1, 40) i)::bigint[],
+        (SELECT array_agg(now() - i * interval '1 minute') FROM generate_series(1, 40) i));
+    SELECT flagmeter.track('initech', 'tokens', 4200), flagmeter.track('initech', 'api_calls', 3);`)
   app = await startApp(db, 54368, { DASHBOARD_STATE_MS: '300', DASHBOARD_SERIES_MS: '500' })
   const { chromium } = require('playwright-core')
   userDir = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'fm-dash-chromium-'))
@@ -66,6 +72,7 @@ test('bars, blocked list and chart change live, without a reload', async () => {
   await page.evaluate(() => { window.loadedOnce = true })
   assert.equal(await page.getAttribute('tr[data-tenant="globex"] .bar[data-meter="tokens"]', 'data-used'), '40000')
   assert.equal(await page.getAttribute('tr[data-tenant="acme"] .bar[data-meter="api_calls"]', 'data-state'), 'ok')
+  assert.equal(await page.getAttribute('tr[data-tenant="initech"] .bar[data-meter="tokens"]', 'data-state'), 'warning')
   assert.equal(await page.textContent('#blocked'), 'none')
   // the chart shows the first tenant (acme), api_calls: nothing yet
   await page.waitForFunction(() => window.dashboard.series && window.dashboard.series.tenant === 'acme')
@@ -81,6 +88,7 @@ test('bars, blocked list and chart change live, without a reload', async () => {
   await page.waitForSelector('tr[data-tenant="acme"] .bar[data-meter="api_calls"][data-state="exceeded"]', { timeout: 15000 })
   await page.waitForFunction(() => document.querySelector('#chart').dataset.total === '10', null, { timeout: 15000 })
   await page.waitForSelector('#events li[data-kind="blocked"]', { timeout: 15000 })
+  await page.waitForSelector('#top tr[data-tenant="acme"][data-meter="api_calls"]', { timeout: 15000 })
   const width = await page.$eval('tr[data-tenant="acme"] .bar[data-meter="api_calls"] .fill', (e) => e.style.width)
   assert.equal(width, '100%')
 
