@@ -26,6 +26,9 @@
 #              when the server log shows a crash
 #   node       the Node.js client's node:test suite (clients/node, `npm test`)
 #              against this cluster; one test
+#   dashboard  the reference app's node:test suite (examples/dashboard,
+#              `npm test`: API, webhooks, browser) against this cluster; one
+#              test
 #
 # Each suite is its own `make installcheck` (the other two switched off on the
 # command line: REGRESS= / ISOLATION= / TAP_TESTS=), because a single
@@ -189,6 +192,28 @@ run_node_client() {
 		bash -c 'cd "$1" && npm test' _ "$dir"
 }
 
+# run_dashboard: the reference app's suite (examples/dashboard: API tests
+# with two app instances, webhooks, Debian's chromium driving the page) on
+# this machine, as run_node_client runs the client's.  As root chromium is
+# installed from Debian when missing.
+run_dashboard() {
+	local dir=$FM_SRC/examples/dashboard d as=()
+	if ((EUID == 0)); then
+		as=("$(command -v runuser || echo /usr/sbin/runuser)" -u "$FM_OS_USER" --)
+		if [[ ! -x /usr/bin/chromium ]]; then
+			DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium || return 1
+		fi
+	fi
+	for d in "$FM_SRC/clients/node" "$dir"; do
+		if [[ ! -d $d/node_modules ]]; then
+			"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
+				bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$d" || return 1
+		fi
+	done
+	"${as[@]}" env HOME="$FM_TMP" PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" \
+		DASHBOARD_TEST_OUTPUT="$FM_TMP/dashboard-output" bash -c 'cd "$1" && npm test' _ "$dir"
+}
+
 # has_files GLOB: true if the glob matches at least one file.
 has_files() { compgen -G "$1" >/dev/null; }
 
@@ -217,6 +242,11 @@ run_host_suites() {
 		PGHOST=127.0.0.1 PGPORT=$FM_PORT PGUSER=$FM_PG_ROLE run_check node run_node_client
 	else
 		fm_log "suite node: no clients/node, skipped"
+	fi
+	if has_files "$FM_SRC/examples/dashboard/package.json"; then
+		PGHOST=127.0.0.1 PGPORT=$FM_PORT PGUSER=$FM_PG_ROLE run_check dashboard run_dashboard
+	else
+		fm_log "suite dashboard: no examples/dashboard, skipped"
 	fi
 }
 

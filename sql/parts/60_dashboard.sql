@@ -65,7 +65,11 @@ COMMENT ON FUNCTION flagmeter.top_tenants(text, integer, text) IS
 -- The usage of one tenant and meter per bucket, zero buckets included.
 -- Folded usage comes from the rollups (hourly for hour buckets and for time
 -- zones other than UTC, daily otherwise); events not folded yet are added
--- from the raw events above the watermark.
+-- from the raw events above the watermark.  Minute buckets are finer than
+-- any rollup: they are counted from the raw events alone, folded or not,
+-- less every void, so they reach back only as far as the retention keeps
+-- raw events (and voids), and span at most a week (10 080 buckets) to
+-- keep a mistaken call from reading months of events.
 CREATE FUNCTION flagmeter.usage_series(tenant text, meter text, "from" timestamptz, "to" timestamptz,
 	bucket text DEFAULT 'day', timezone text DEFAULT 'UTC')
 RETURNS TABLE (bucket_start timestamptz, used bigint, counter flagmeter.quota_counter)
@@ -84,9 +88,9 @@ BEGIN
 	IF "from" IS NULL OR "to" IS NULL OR NOT isfinite("from") OR NOT isfinite("to") THEN
 		RAISE EXCEPTION 'from and to must be finite timestamps' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	IF bucket IS NULL OR NOT bucket = ANY (ARRAY['hour', 'day', 'month']) THEN
+	IF bucket IS NULL OR NOT bucket = ANY (ARRAY['minute', 'hour', 'day', 'week', 'month']) THEN
 		RAISE EXCEPTION 'invalid bucket "%"', left(bucket, 64) USING ERRCODE = 'invalid_parameter_value',
-			HINT = 'Valid buckets are "hour", "day" and "month".';
+			HINT = 'Valid buckets are "minute", "hour", "day", "week" and "month".';
 	END IF;
 	PERFORM flagmeter.check_timezone(timezone);	-- a zone name, NULL refused
 	IF "to" <= "from" THEN
@@ -97,6 +101,19 @@ BEGIN
 	END IF;
 	step := ('1 ' || bucket)::interval;
 	first_bucket := date_trunc(bucket, "from", timezone);
+	IF bucket = 'minute' THEN
+		IF "to" - "from" > interval '7 days' THEN
+			RAISE EXCEPTION 'a series of minute buckets spans at most 7 days' USING ERRCODE = 'program_limit_exceeded',
+				HINT = 'Use hour buckets for longer series.';
+		END IF;
+		-- raw events recorded before the cut-off may be gone (drop_expired_partitions)
+		IF first_bucket < now() - (SELECT s.retention FROM flagmeter.current_settings s) THEN
+			RAISE EXCEPTION 'minute buckets reach back only as far as the retention'
+				USING ERRCODE = 'invalid_parameter_value',
+				DETAIL = 'Minute buckets are counted from the raw events, which are kept only for the retention (flagmeter.current_settings).',
+				HINT = 'Use hour buckets for older usage.';
+		END IF;
+	END IF;
 
 	RETURN QUERY
 	WITH buckets AS (
@@ -108,28 +125,43 @@ BEGIN
 	), folded AS (
 		SELECT date_trunc(bucket, r.bucket_start, timezone) AS b, r.counter
 		FROM flagmeter.rollup_hour r
-		WHERE (bucket = 'hour' OR timezone <> 'UTC')
+		WHERE bucket <> 'minute' AND (bucket = 'hour' OR timezone <> 'UTC')
 		  AND r.tenant = usage_series.tenant AND r.meter = usage_series.meter
 		  AND r.bucket_start >= first_bucket AND r.bucket_start < "to"
 		UNION ALL
 		SELECT date_trunc(bucket, r.bucket_start, timezone), r.counter
 		FROM flagmeter.rollup_day r
-		WHERE bucket <> 'hour' AND timezone = 'UTC'
+		WHERE bucket <> ALL (ARRAY['minute', 'hour']) AND timezone = 'UTC'
 		  AND r.tenant = usage_series.tenant AND r.meter = usage_series.meter
 		  AND r.bucket_start >= first_bucket AND r.bucket_start < "to"
 		UNION ALL
 		SELECT date_trunc(bucket, e.occurred_at, timezone),
 		       flagmeter.event_counter(e.amount, e.occurred_at)
 		FROM flagmeter.events e
-		WHERE e.tenant = usage_series.tenant AND e.meter = usage_series.meter
+		WHERE bucket <> 'minute'
+		  AND e.tenant = usage_series.tenant AND e.meter = usage_series.meter
 		  AND e.occurred_at >= first_bucket AND e.occurred_at < "to"
 		  AND e.xid >= flagmeter.xid_int(watermark)
+		UNION ALL
+		-- minute buckets: every raw event, one aggregate per minute
+		SELECT date_trunc('minute', e.occurred_at, timezone),
+		       flagmeter.quota_counter_agg(e.amount, e.occurred_at)
+		FROM flagmeter.events e
+		WHERE bucket = 'minute'
+		  AND e.tenant = usage_series.tenant AND e.meter = usage_series.meter
+		  AND e.occurred_at >= first_bucket AND e.occurred_at < "to"
+		GROUP BY 1
 	), pending_voids AS (
+		-- the voids the rollups read do not hold yet (minute buckets: every void)
 		SELECT date_trunc(bucket, v.occurred_at, timezone) AS b, sum(v.amount)::bigint AS amount, count(*) AS n
-		FROM flagmeter.voids v
-		WHERE v.tenant = usage_series.tenant AND v.meter = usage_series.meter
-		  AND v.occurred_at >= first_bucket AND v.occurred_at < "to"
-		  AND v.xid >= watermark
+		FROM (SELECT v.occurred_at, v.amount FROM flagmeter.voids v
+		      WHERE bucket <> 'minute' AND v.xid >= watermark
+		        AND v.tenant = usage_series.tenant AND v.meter = usage_series.meter
+		      UNION ALL
+		      SELECT v.occurred_at, v.amount FROM flagmeter.voids v
+		      WHERE bucket = 'minute'
+		        AND v.tenant = usage_series.tenant AND v.meter = usage_series.meter) v
+		WHERE v.occurred_at >= first_bucket AND v.occurred_at < "to"
 		GROUP BY 1
 	), merged AS (
 		SELECT f.b, flagmeter.merge_agg(f.counter) AS counter FROM folded f GROUP BY f.b
@@ -146,5 +178,5 @@ BEGIN
 	ORDER BY k.b;
 END $$;
 COMMENT ON FUNCTION flagmeter.usage_series(text, text, timestamptz, timestamptz, text, text) IS
-'usage of a tenant and meter per hour, day or month bucket (in the given time zone) from "from" up to "to", zero buckets included; includes events not folded yet';
+'usage of a tenant and meter per minute, hour, day, week (from Monday) or month bucket (in the given time zone) from "from" up to "to", zero buckets included; includes events not folded yet; minute buckets from the raw events, within the retention and at most 7 days';
 

@@ -1,0 +1,123 @@
+'use strict'
+// Test helpers: a database per file (a clone of run.js's template), the
+// app started as a child process the way a user starts it, small HTTP calls.
+const { spawn } = require('node:child_process')
+const path = require('node:path')
+const pg = require('pg')
+
+const TEMPLATE = 'fm_dash_template'
+
+function connection (database) {
+  return { host: process.env.PGHOST, port: Number(process.env.PGPORT), user: process.env.PGUSER, database }
+}
+
+async function admin (database, fn) {
+  const c = new pg.Client(connection(database))
+  await c.connect()
+  try {
+    return await fn(c)
+  } finally {
+    await c.end()
+  }
+}
+
+/**
+ * The template every file clones: CREATE EXTENSION once, at the start of
+ * the run, checked to be a build with minute buckets (on a shared machine
+ * another tree's build may be installed over this one meanwhile).
+ */
+async function template (action) {
+  await admin('postgres', async (c) => {
+    await c.query(`DROP DATABASE IF EXISTS ${TEMPLATE} WITH (FORCE)`)
+    if (action === 'CREATE') await c.query(`CREATE DATABASE ${TEMPLATE}`)
+  })
+  if (action !== 'CREATE') return
+  await admin(TEMPLATE, async (c) => {
+    await c.query('CREATE EXTENSION flagmeter')
+    await c.query("SELECT count(*) FROM flagmeter.usage_series('t', 'm', now() - interval '1 minute', now(), 'minute')")
+      .catch((err) => {
+        if (err.code === '42704') return // meter "m" does not exist: the bucket was accepted
+        throw new Error(`the flagmeter installed in this server is not a build of this tree: ${err.message}`)
+      })
+  })
+}
+
+/** A database of its own, with flagmeter and setupSql: { name, connection, query, drop }. */
+async function createDatabase (name, setupSql = '') {
+  await admin('postgres', async (c) => {
+    await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+    await c.query(`CREATE DATABASE ${name} TEMPLATE ${TEMPLATE}`)
+  })
+  if (setupSql) await admin(name, (c) => c.query(setupSql))
+  return {
+    name,
+    connection: () => connection(name),
+    query: (text, values) => admin(name, (c) => c.query(text, values)),
+    drop: () => admin('postgres', (c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
+  }
+}
+
+/** Wait until cond() is true, polling; fails after ms. */
+async function until (cond, ms = 10000, what = 'condition') {
+  const end = Date.now() + ms
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 25))
+  }
+}
+
+const SERVER = path.join(__dirname, '..', 'server.js')
+
+function databaseUrl (db) {
+  const c = db.connection()
+  return `postgresql://${encodeURIComponent(c.user)}@/${c.database}?host=${encodeURIComponent(c.host)}&port=${c.port}`
+}
+
+/**
+ * `node server.js` on port, for database db; resolves once it listens.
+ * Returns { url, stop(signal) } (stop resolves with the exit code).
+ */
+async function startApp (db, port, env = {}) {
+  const child = spawn(process.execPath, [SERVER], {
+    env: { ...process.env, DATABASE_URL: databaseUrl(db), PORT: String(port), INSTANCE_NAME: `app ${port}`, ...env },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  let output = ''
+  child.stdout.on('data', (d) => { output += d })
+  child.stderr.on('data', (d) => { output += d })
+  // never outlive the test process, however it ends
+  const orphan = () => child.kill('SIGKILL')
+  process.on('exit', orphan)
+  const exited = new Promise((resolve) => child.on('exit', (code, sig) => {
+    process.off('exit', orphan)
+    resolve(code ?? sig)
+  }))
+  await Promise.race([
+    until(async () => output.includes('listening on'), 30000, `app on port ${port} to listen`),
+    exited.then((code) => { throw new Error(`app on port ${port} exited (${code}):\n${output}`) })
+  ])
+  return {
+    url: `http://127.0.0.1:${port}`,
+    output: () => output,
+    exited,
+    async stop (signal = 'SIGTERM') {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal)
+      return exited
+    }
+  }
+}
+
+/** fetch + JSON: { status, headers, body }. */
+async function call (url, method = 'GET', body) {
+  const res = await fetch(url, {
+    method,
+    headers: body === undefined ? {} : { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body)
+  })
+  const text = await res.text()
+  let parsed = text
+  try { parsed = JSON.parse(text) } catch {}
+  return { status: res.status, headers: res.headers, body: parsed }
+}
+
+module.exports = { template, createDatabase, until, startApp, call, databaseUrl }
