@@ -74,12 +74,18 @@ function databaseUrl (db) {
 }
 
 /**
- * `node server.js` on port, for database db; resolves once it listens.
- * Returns { url, stop(signal) } (stop resolves with the exit code).
+ * `node server.js` for database db, on a port the system picks (PORT=0: a
+ * fixed one collides with whatever else runs tests on the machine); resolves
+ * once it listens.  Returns { url, stop(signal) } (stop resolves with the
+ * exit code).
  */
-async function startApp (db, port, env = {}) {
+let appsStarted = 0
+
+async function startApp (db, env = {}) {
+  const port = 0
+  const name = `app ${++appsStarted}`
   const child = spawn(process.execPath, [SERVER], {
-    env: { ...process.env, DATABASE_URL: databaseUrl(db), PORT: String(port), INSTANCE_NAME: `app ${port}`, ...env },
+    env: { ...process.env, DATABASE_URL: databaseUrl(db), PORT: String(port), INSTANCE_NAME: name, ...env },
     stdio: ['ignore', 'pipe', 'pipe']
   })
   let output = ''
@@ -93,11 +99,12 @@ async function startApp (db, port, env = {}) {
     resolve(code ?? sig)
   }))
   await Promise.race([
-    until(async () => output.includes('listening on'), 30000, `app on port ${port} to listen`),
-    exited.then((code) => { throw new Error(`app on port ${port} exited (${code}):\n${output}`) })
+    until(async () => /listening on http:\/\/[^:]+:\d+/.test(output), 30000, 'the app to listen'),
+    exited.then((code) => { throw new Error(`the app exited (${code}):\n${output}`) })
   ])
+  const listening = output.match(/listening on http:\/\/[^:]+:(\d+)/)[1]
   return {
-    url: `http://127.0.0.1:${port}`,
+    url: `http://127.0.0.1:${listening}`,
     output: () => output,
     exited,
     async stop (signal = 'SIGTERM') {

@@ -3,7 +3,7 @@
 // PGPORT (as `make test` hands it over; a cluster with flagmeter
 // installed).  flagmeter is created once, in a template database each file
 // clones (test/helpers.js).  Each file starts the app
-// as child processes on ports 54363-54380.  The browser test needs
+// as child processes on ports the system picks.  The browser test needs
 // Debian's chromium and installs it when missing and run as root.
 const { spawn } = require('node:child_process')
 const fs = require('node:fs')
