@@ -173,6 +173,19 @@ run_check() {
 	fi
 }
 
+# host_as_tree_owner ARRAY: the command prefix that runs a host-side suite
+# as the owner of the temp dir (uid and gid, not a name: with PG=17/18 the
+# tree belongs to the chroot's postgres account, whose uid the host may give
+# to nobody or to another account).  Empty when not root.
+host_as_tree_owner() {
+	local -n prefix=$1
+	prefix=()
+	if ((EUID == 0)); then
+		prefix=(setpriv --reuid="$(stat -c %u "$FM_TMP")" --regid="$(stat -c %g "$FM_TMP")"
+			--clear-groups --)
+	fi
+}
+
 # run_node_client: the Node.js client's suite (clients/node, node:test) on
 # this machine, whatever the server's version, as the unprivileged user,
 # a client of the cluster over TCP (PGHOST, PGPORT, PGUSER as
@@ -181,9 +194,7 @@ run_check() {
 # clone; npm's cache lives in the temp dir.
 run_node_client() {
 	local dir=$FM_SRC/clients/node as=()
-	if ((EUID == 0)); then
-		as=("$(command -v runuser || echo /usr/sbin/runuser)" -u "$FM_OS_USER" --)
-	fi
+	host_as_tree_owner as
 	if [[ ! -d $dir/node_modules ]]; then
 		"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
 			bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$dir" || return 1
@@ -198,8 +209,8 @@ run_node_client() {
 # installed from Debian when missing.
 run_dashboard() {
 	local dir=$FM_SRC/examples/dashboard d as=()
+	host_as_tree_owner as
 	if ((EUID == 0)); then
-		as=("$(command -v runuser || echo /usr/sbin/runuser)" -u "$FM_OS_USER" --)
 		if [[ ! -x /usr/bin/chromium ]]; then
 			DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium || return 1
 		fi
