@@ -74,10 +74,12 @@ function databaseUrl (db) {
 }
 
 /**
- * `node server.js` on port, for database db; resolves once it listens.
+ * `node server.js` on port (a free one when null), for database db;
+ * resolves once it listens.
  * Returns { url, stop(signal) } (stop resolves with the exit code).
  */
 async function startApp (db, port, env = {}) {
+  port = port ?? await freePort()
   const child = spawn(process.execPath, [SERVER], {
     env: { ...process.env, DATABASE_URL: databaseUrl(db), PORT: String(port), INSTANCE_NAME: `app ${port}`, ...env },
     stdio: ['ignore', 'pipe', 'pipe']
@@ -97,6 +99,7 @@ async function startApp (db, port, env = {}) {
     exited.then((code) => { throw new Error(`app on port ${port} exited (${code}):\n${output}`) })
   ])
   return {
+    port,
     url: `http://127.0.0.1:${port}`,
     output: () => output,
     exited,
@@ -105,6 +108,26 @@ async function startApp (db, port, env = {}) {
       return exited
     }
   }
+}
+
+// Ports of 54363-54380, handed out once each per test process; a port
+// something else listens on (another run of these tests) is skipped.
+const given = new Set()
+async function freePort () {
+  const net = require('node:net')
+  for (let p = 54363; p <= 54380; p++) {
+    if (given.has(p)) continue
+    const ok = await new Promise((resolve) => {
+      const s = net.createServer()
+      s.once('error', () => resolve(false))
+      s.listen(p, '127.0.0.1', () => s.close(() => resolve(true)))
+    })
+    if (ok) {
+      given.add(p)
+      return p
+    }
+  }
+  throw new Error('no free port in 54363-54380')
 }
 
 /** fetch + JSON: { status, headers, body }. */
@@ -120,4 +143,4 @@ async function call (url, method = 'GET', body) {
   return { status: res.status, headers: res.headers, body: parsed }
 }
 
-module.exports = { template, createDatabase, until, startApp, call, databaseUrl }
+module.exports = { template, createDatabase, until, startApp, call, databaseUrl, freePort }
