@@ -3,23 +3,10 @@
 // app started as a child process the way a user starts it, small HTTP calls.
 const { spawn } = require('node:child_process')
 const path = require('node:path')
-const pg = require('pg')
+// connections and one-off sessions as the client's tests make them
+const { connection, admin, until } = require('../../../clients/node/test/helpers')
 
 const TEMPLATE = 'fm_dash_template'
-
-function connection (database) {
-  return { host: process.env.PGHOST, port: Number(process.env.PGPORT), user: process.env.PGUSER, database }
-}
-
-async function admin (database, fn) {
-  const c = new pg.Client(connection(database))
-  await c.connect()
-  try {
-    return await fn(c)
-  } finally {
-    await c.end()
-  }
-}
 
 /**
  * The template every file clones: CREATE EXTENSION once, at the start of
@@ -57,14 +44,6 @@ async function createDatabase (name, setupSql = '') {
   }
 }
 
-/** Wait until cond() is true, polling; fails after ms. */
-async function until (cond, ms = 10000, what = 'condition') {
-  const end = Date.now() + ms
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 25))
-  }
-}
 
 const SERVER = path.join(__dirname, '..', 'server.js')
 
