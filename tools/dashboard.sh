@@ -77,19 +77,6 @@ INTERRUPTED=0
 trap 'INTERRUPTED=1' INT
 trap 'exit 143' TERM
 
-# wait_for_line FILE TEXT PID: until FILE has TEXT, or PID is gone.
-wait_for_line() {
-	local i
-	for ((i = 0; i < 300; i++)); do
-		grep -q "$2" "$1" 2>/dev/null && return 0
-		kill -0 "$3" 2>/dev/null || break
-		sleep 0.1
-	done
-	cat "$1" >&2
-	fm_err "no '$2' from process $3"
-	return 1
-}
-
 npm_ci() {
 	if [[ ! -d $1/node_modules ]]; then
 		fm_log "npm ci in ${1#"$FM_SRC"/}"
@@ -126,10 +113,10 @@ main() {
 
 	local app=$FM_SRC/examples/dashboard url
 	start receiver "$FM_TMP/receiver.log" node "$app/tools/receiver.js" "$RECEIVER_PORT"
-	wait_for_line "$FM_TMP/receiver.log" 'receiver on' "${PIDS[-1]}"
+	fm_wait_for_line "$FM_TMP/receiver.log" 'receiver on' "${PIDS[-1]}" "the webhook receiver did not start"
 	start app "$FM_TMP/app.log" env DATABASE_URL="postgresql://$FM_PG_ROLE@/$DB?host=$FM_TMP&port=$FM_PORT" \
 		PORT="$APP_PORT" HOST="$APP_HOST" INSTANCE_NAME="make dashboard" node "$app/server.js"
-	wait_for_line "$FM_TMP/app.log" 'listening on' "${PIDS[-1]}"
+	fm_wait_for_line "$FM_TMP/app.log" 'listening on' "${PIDS[-1]}" "the app did not start"
 	url=http://127.0.0.1:$APP_PORT
 	curl -fsS -o /dev/null -H 'content-type: application/json' \
 		-d "{\"url\":\"http://127.0.0.1:$RECEIVER_PORT/slack\"}" "$url/api/webhooks"

@@ -1,6 +1,7 @@
 -- wrk script of bench/dashboard: POST /api/events of one event of a random
 -- tenant among TENANTS (env, default 10000), with an id unique to the run
--- (the idempotency key); prints the counts bench/dashboard/run parses.
+-- (the idempotency key; none with NO_IDS=1); prints the counts
+-- bench/dashboard/run parses.
 local tenants = tonumber(os.getenv("TENANTS") or "10000")
 local run = os.getenv("RUN_ID") or "r"
 local threads = {}
@@ -19,8 +20,13 @@ function init(args)
   wrk.headers["Content-Type"] = "application/json"
 end
 
+local ids = os.getenv("NO_IDS") ~= "1"
+
 request = function()
   counter = counter + 1
+  if not ids then
+    return wrk.format(nil, nil, nil, string.format('{"tenant":"t%d","meter":"api_calls","amount":1}', math.random(0, tenants - 1)))
+  end
   return wrk.format(nil, nil, nil, string.format('{"tenant":"t%d","meter":"api_calls","amount":1,"id":"%s-%d-%d"}',
     math.random(0, tenants - 1), run, tid, counter))
 end

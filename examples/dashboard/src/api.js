@@ -43,6 +43,18 @@ function field (body, name, { required = true, type = 'string' } = {}) {
   return v
 }
 
+/** The body of /api/events and /api/consume: {tenant, meter, amount = 1, id}. */
+function usageBody (body) {
+  const id = field(body, 'id', { required: false })
+  return {
+    tenant: field(body, 'tenant'),
+    meter: field(body, 'meter'),
+    amount: field(body, 'amount', { required: false, type: 'amount' }) ?? 1,
+    id,
+    opts: { key: id }
+  }
+}
+
 function rateLimitHeaders (d) {
   if (d.quota === null) return {}
   const h = { 'X-RateLimit-Limit': String(d.quota), 'X-RateLimit-Remaining': String(d.remaining) }
@@ -56,11 +68,7 @@ function rateLimitHeaders (d) {
 
 function createApi ({ fm, metrics, deliverer }) {
   async function postEvent (body) {
-    const tenant = field(body, 'tenant')
-    const meter = field(body, 'meter')
-    const amount = field(body, 'amount', { required: false, type: 'amount' }) ?? 1
-    const id = field(body, 'id', { required: false })
-    const opts = { key: id }
+    const { tenant, meter, amount, id, opts } = usageBody(body)
     const { counted } = await grouped(() => fm.track(tenant, meter, amount, opts),
       () => fm.transaction((tx) => tx.track(tenant, meter, amount, opts)))
     metrics.usageEvents.inc({ result: counted ? 'counted' : 'duplicate' })
@@ -69,11 +77,7 @@ function createApi ({ fm, metrics, deliverer }) {
   }
 
   async function postConsume (body) {
-    const tenant = field(body, 'tenant')
-    const meter = field(body, 'meter')
-    const amount = field(body, 'amount', { required: false, type: 'amount' }) ?? 1
-    const id = field(body, 'id', { required: false })
-    const opts = { key: id }
+    const { tenant, meter, amount, opts } = usageBody(body)
     const d = await grouped(() => fm.consume(tenant, meter, amount, opts),
       () => fm.transaction((tx) => tx.consume(tenant, meter, amount, opts)))
     metrics.consumes.inc({ result: d.granted ? 'granted' : 'refused' })

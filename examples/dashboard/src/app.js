@@ -15,6 +15,7 @@ const path = require('node:path')
 const { FlagMeter } = require('flagmeter')
 
 const { send, readJson, HttpError } = require('./http')
+const { performance } = require('node:perf_hooks')
 const { createApi } = require('./api')
 const { createMetrics } = require('./metrics')
 const { LiveFeed } = require('./live')
@@ -37,13 +38,21 @@ const STATIC = {
  * @param {object} opts
  * @param {string} opts.databaseUrl  the request path and the LISTEN session (a direct connection)
  * @param {string} [opts.instance]   a name shown on the page and in /api/state
+ * @param {number} [opts.poolSize]   the client's pool (20)
+ * @param {number} [opts.maxInFlight]  the client's groups in flight per kind (its default, 4)
+ * @param {number} [opts.maxGroup]   the client's largest group (its default, 500)
  * @param {object} [opts.webhooks]   WebhookDeliverer options (timeoutMs, retryMs, ...)
  * @param {object} [opts.live]       LiveFeed options (stateMs, seriesMs)
  * @param {(msg: string) => void} [opts.log]
  */
 function createApp (opts) {
   const log = opts.log ?? ((msg) => console.error(msg))
-  const fm = new FlagMeter({ connectionString: opts.databaseUrl, poolSize: opts.poolSize ?? 20 })
+  const fm = new FlagMeter({
+    connectionString: opts.databaseUrl,
+    poolSize: opts.poolSize ?? 20,
+    ...(opts.maxInFlight ? { maxInFlight: opts.maxInFlight } : {}),
+    ...(opts.maxGroup ? { maxGroup: opts.maxGroup } : {})
+  })
   fm.on('error', (err) => log(`flagmeter listener: ${err.message} (reconnecting)`))
   // an idle pool connection that the server ends (a restart, a terminated
   // backend) is dropped by the pool; unheard, node-postgres's 'error' would
@@ -86,13 +95,12 @@ function createApp (opts) {
   }
 
   const server = http.createServer((req, res) => {
-    const url = new URL(req.url, 'http://app')
+    // the path without a URL object: this runs for every request
+    const q = req.url.indexOf('?')
+    const url = { pathname: q < 0 ? req.url : req.url.slice(0, q), search: q < 0 ? '' : req.url.slice(q) }
     const name = routeName(req, url)
-    const end = metrics.latency.startTimer({ method: req.method, route: name })
-    res.on('finish', () => {
-      end()
-      metrics.requests.inc({ method: req.method, route: name, status: res.statusCode })
-    })
+    const started = performance.now()
+    res.on('finish', () => metrics.observe(req.method, name, res.statusCode, (performance.now() - started) / 1000))
     if (req.method === 'GET' && STATIC[url.pathname]) {
       const [file, type] = STATIC[url.pathname]
       res.writeHead(200, { 'content-type': type, 'cache-control': 'no-cache' })
@@ -105,7 +113,8 @@ function createApp (opts) {
       return
     }
     if (req.method === 'GET' && url.pathname === '/api/stream') {
-      live.attach(req, res, url.searchParams.get('tenant'), url.searchParams.get('meter'))
+      const params = new URLSearchParams(url.search)
+      live.attach(req, res, params.get('tenant'), params.get('meter'))
       return
     }
     if (req.method === 'GET' && url.pathname === '/metrics') {

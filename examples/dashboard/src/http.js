@@ -5,7 +5,12 @@ const MAX_BODY = 64 * 1024
 
 /** JSON that can carry BigInt figures (usage past 2^53) as numbers' digits. */
 function json (value) {
-  return JSON.stringify(value, (k, v) => (typeof v === 'bigint' ? v.toString() : v))
+  try {
+    return JSON.stringify(value) // the usual case, without a replacer call per key
+  } catch (err) {
+    if (!(err instanceof TypeError)) throw err
+    return JSON.stringify(value, (k, v) => (typeof v === 'bigint' ? v.toString() : v))
+  }
 }
 
 class HttpError extends Error {

@@ -30,6 +30,16 @@ function createMetrics (fm) {
     name: 'dashboard_stream_clients', help: 'dashboards connected to this instance (server-sent events)', registers: [register],
     collect () { this.set(metricsState.streamClients()) }
   })
+  // labelled children, looked up once per (method, route[, status]): the
+  // request path calls observe for every request
+  const children = new Map()
+  function observe (method, route, status, seconds) {
+    const k = method + ' ' + route + ' ' + status
+    let c = children.get(k)
+    if (!c) children.set(k, (c = [latency.labels(method, route), requests.labels(method, route, String(status))]))
+    c[0].observe(seconds)
+    c[1].inc()
+  }
   const seen = { track: { calls: 0, groups: 0 }, consume: { calls: 0, groups: 0 } }
   for (const [name, field, help] of [
     ['flagmeter_client_calls_total', 'calls', 'calls made through the flagmeter client, by kind'],
@@ -48,7 +58,7 @@ function createMetrics (fm) {
     })
   }
   const metricsState = { streamClients: () => 0 }
-  return { register, requests, latency, usageEvents, consumes, quotaEvents, webhookAttempts, state: metricsState }
+  return { register, observe, usageEvents, consumes, quotaEvents, webhookAttempts, state: metricsState }
 }
 
 module.exports = { createMetrics }

@@ -11,7 +11,7 @@ before(async () => {
     SELECT flagmeter.define_plan('free'), flagmeter.set_limit('free', 'api_calls', 20, 'month', 'hard'),
            flagmeter.set_limit('free', 'tokens', 1000000, 'month', 'soft');
     SELECT flagmeter.assign_plan(t, 'free') FROM unnest(ARRAY['acme', 'globex', 'initech']) t;`)
-  ;[a, b] = await Promise.all([startApp(db), startApp(db)])
+  ;[a, b] = await Promise.all([startApp(db, null), startApp(db, null)])
 })
 after(async () => {
   const codes = await Promise.all([a, b].filter(Boolean).map((app) => app.stop()))

@@ -41,7 +41,7 @@ before(async () => {
         (SELECT array_agg(900 + 50 * (i % 5)) FROM generate_series(1, 40) i)::bigint[],
         (SELECT array_agg(now() - i * interval '1 minute') FROM generate_series(1, 40) i));
     SELECT flagmeter.track('initech', 'tokens', 4200), flagmeter.track('initech', 'api_calls', 3);`)
-  app = await startApp(db, { DASHBOARD_STATE_MS: '300', DASHBOARD_SERIES_MS: '500' })
+  app = await startApp(db, null, { DASHBOARD_STATE_MS: '300', DASHBOARD_SERIES_MS: '500' })
   const { chromium } = require('playwright-core')
   userDir = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'fm-dash-chromium-'))
   // an empty profile of its own (playwright passes it as --user-data-dir), headless

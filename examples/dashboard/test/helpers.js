@@ -3,23 +3,10 @@
 // app started as a child process the way a user starts it, small HTTP calls.
 const { spawn } = require('node:child_process')
 const path = require('node:path')
-const pg = require('pg')
+// connections and one-off sessions as the client's tests make them
+const { connection, admin, until } = require('../../../clients/node/test/helpers')
 
 const TEMPLATE = 'fm_dash_template'
-
-function connection (database) {
-  return { host: process.env.PGHOST, port: Number(process.env.PGPORT), user: process.env.PGUSER, database }
-}
-
-async function admin (database, fn) {
-  const c = new pg.Client(connection(database))
-  await c.connect()
-  try {
-    return await fn(c)
-  } finally {
-    await c.end()
-  }
-}
 
 /**
  * The template every file clones: CREATE EXTENSION once, at the start of
@@ -57,14 +44,6 @@ async function createDatabase (name, setupSql = '') {
   }
 }
 
-/** Wait until cond() is true, polling; fails after ms. */
-async function until (cond, ms = 10000, what = 'condition') {
-  const end = Date.now() + ms
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 25))
-  }
-}
 
 const SERVER = path.join(__dirname, '..', 'server.js')
 
@@ -74,18 +53,14 @@ function databaseUrl (db) {
 }
 
 /**
- * `node server.js` for database db, on a port the system picks (PORT=0: a
- * fixed one collides with whatever else runs tests on the machine); resolves
- * once it listens.  Returns { url, stop(signal) } (stop resolves with the
- * exit code).
+ * `node server.js` on port (a free one when null), for database db;
+ * resolves once it listens.
+ * Returns { url, stop(signal) } (stop resolves with the exit code).
  */
-let appsStarted = 0
-
-async function startApp (db, env = {}) {
-  const port = 0
-  const name = `app ${++appsStarted}`
+async function startApp (db, port, env = {}) {
+  port = port ?? await freePort()
   const child = spawn(process.execPath, [SERVER], {
-    env: { ...process.env, DATABASE_URL: databaseUrl(db), PORT: String(port), INSTANCE_NAME: name, ...env },
+    env: { ...process.env, DATABASE_URL: databaseUrl(db), PORT: String(port), INSTANCE_NAME: `app ${port}`, ...env },
     stdio: ['ignore', 'pipe', 'pipe']
   })
   let output = ''
@@ -99,12 +74,12 @@ async function startApp (db, env = {}) {
     resolve(code ?? sig)
   }))
   await Promise.race([
-    until(async () => /listening on http:\/\/[^:]+:\d+/.test(output), 30000, 'the app to listen'),
-    exited.then((code) => { throw new Error(`the app exited (${code}):\n${output}`) })
+    until(async () => output.includes('listening on'), 30000, `app on port ${port} to listen`),
+    exited.then((code) => { throw new Error(`app on port ${port} exited (${code}):\n${output}`) })
   ])
-  const listening = output.match(/listening on http:\/\/[^:]+:(\d+)/)[1]
   return {
-    url: `http://127.0.0.1:${listening}`,
+    port,
+    url: `http://127.0.0.1:${port}`,
     output: () => output,
     exited,
     async stop (signal = 'SIGTERM') {
@@ -112,6 +87,26 @@ async function startApp (db, env = {}) {
       return exited
     }
   }
+}
+
+// Ports of 54363-54380, handed out once each per test process; a port
+// something else listens on (another run of these tests) is skipped.
+const given = new Set()
+async function freePort () {
+  const net = require('node:net')
+  for (let p = 54363; p <= 54380; p++) {
+    if (given.has(p)) continue
+    const ok = await new Promise((resolve) => {
+      const s = net.createServer()
+      s.once('error', () => resolve(false))
+      s.listen(p, '127.0.0.1', () => s.close(() => resolve(true)))
+    })
+    if (ok) {
+      given.add(p)
+      return p
+    }
+  }
+  throw new Error('no free port in 54363-54380')
 }
 
 /** fetch + JSON: { status, headers, body }. */
@@ -127,4 +122,4 @@ async function call (url, method = 'GET', body) {
   return { status: res.status, headers: res.headers, body: parsed }
 }
 
-module.exports = { template, createDatabase, until, startApp, call, databaseUrl }
+module.exports = { template, createDatabase, until, startApp, call, databaseUrl, freePort }

@@ -5,9 +5,9 @@
 const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const http = require('node:http')
-const { createDatabase, until, startApp, call } = require('./helpers')
+const { createDatabase, until, startApp, call, freePort } = require('./helpers')
 
-let RECEIVER_PORT = 0 // the receiver's, picked by the system
+let RECEIVER_PORT
 const FAST = { WEBHOOK_TIMEOUT_MS: '300', WEBHOOK_RETRY_MS: '100', WEBHOOK_RETRY_MAX_MS: '400' }
 
 // The receiver: every request is logged; behaviour per path, by a plan of
@@ -43,13 +43,13 @@ const receiver = http.createServer((req, res) => {
 
 let db, a, b
 before(async () => {
-  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve))
-  RECEIVER_PORT = receiver.address().port
+  RECEIVER_PORT = await freePort()
+  await new Promise((resolve) => receiver.listen(RECEIVER_PORT, '127.0.0.1', resolve))
   db = await createDatabase('fm_dash_hooks', `
     SELECT flagmeter.define_meter('api_calls');
     SELECT flagmeter.define_plan('free'), flagmeter.set_limit('free', 'api_calls', 10, 'month', 'hard', '{50,80,100}');
     SELECT flagmeter.assign_plan(t, 'free') FROM unnest(ARRAY['acme', 'globex', 'initech']) t;`)
-  ;[a, b] = await Promise.all([startApp(db, FAST), startApp(db, FAST)])
+  ;[a, b] = await Promise.all([startApp(db, null, FAST), startApp(db, null, FAST)])
 })
 after(async () => {
   for (const res of hanging) res.destroy()
@@ -121,7 +121,7 @@ test('one deliverer across instances; a restart neither loses nor floods', async
   await db.query("SELECT flagmeter.override_limit('acme', 'api_calls', 100)") // acme unblocked
   const versions = await alertVersions('acme')
   assert.equal(versions.length, 5)
-  ;[a, b] = await Promise.all([startApp(db, FAST), startApp(db, FAST)])
+  ;[a, b] = await Promise.all([startApp(db, a.port, FAST), startApp(db, b.port, FAST)])
   await until(async () => delivered('/hook', 'acme').length === 5, 20000, 'the unblocked alert after the restart')
   assert.deepEqual(delivered('/hook', 'acme').map((e) => e.body.version), versions)
   assert.equal(delivered('/hook', 'acme')[4].body.kind, 'unblocked')
