@@ -80,9 +80,12 @@ contrib/plproxy/flagmeter_proxy--$(EXTVERSION).sql: $(PROXY_PARTS)
 # rebuild every object when any of our headers changes.
 $(OBJS): $(wildcard src/*.h)
 
-.PHONY: demo test bench indent
+.PHONY: demo dashboard test bench indent
 demo:
 	bash tools/demo.sh
+
+dashboard:
+	bash tools/dashboard.sh
 
 # make test PG=17 or PG=18: the same suites against that release, in a
 # chroot of the Debian suite that packages it (tools/chroot.sh).

@@ -485,6 +485,16 @@ append_timestamp(StringInfo buf, const char *name, TimestampTz ts)
 	escape_json(buf, text);
 }
 
+/* ,"name":"value" when value is not NULL (fields that do not apply are left out) */
+static void
+append_text_field(StringInfo buf, const char *name, const char *value)
+{
+	if (value == NULL)
+		return;
+	appendStringInfo(buf, ",\"%s\":", name);
+	escape_json(buf, value);
+}
+
 /*
  * The JSON object of one announced event.  prev_version >= 0 adds it (a
  * notification of its own); the events of a batch leave it to the batch.
@@ -497,26 +507,14 @@ append_event_json(StringInfo buf, const FmQuotaEvent *e, int64 version,
 					 kind_names[e->kind], version);
 	if (prev_version >= 0)
 		appendStringInfo(buf, ",\"prev_version\":" INT64_FORMAT, prev_version);
-	if (e->tenant)
-	{
-		appendStringInfoString(buf, ",\"tenant\":");
-		escape_json(buf, e->tenant);
-	}
-	if (e->meter)
-	{
-		appendStringInfoString(buf, ",\"meter\":");
-		escape_json(buf, e->meter);
-	}
+	append_text_field(buf, "tenant", e->tenant);
+	append_text_field(buf, "meter", e->meter);
 	if (brief)
 	{
 		appendStringInfoChar(buf, '}');
 		return;
 	}
-	if (e->plan)
-	{
-		appendStringInfoString(buf, ",\"plan\":");
-		escape_json(buf, e->plan);
-	}
+	append_text_field(buf, "plan", e->plan);
 	if (e->has_period)
 		append_timestamp(buf, "period_start", e->period_start);
 	if (e->kind == FM_EVENT_THRESHOLD)
@@ -527,16 +525,8 @@ append_event_json(StringInfo buf, const FmQuotaEvent *e, int64 version,
 		appendStringInfo(buf, ",\"used\":" INT64_FORMAT, e->used);
 	if (e->has_quota)
 		appendStringInfo(buf, ",\"quota\":" INT64_FORMAT, e->quota);
-	if (e->period)
-	{
-		appendStringInfoString(buf, ",\"period\":");
-		escape_json(buf, e->period);
-	}
-	if (e->mode)
-	{
-		appendStringInfoString(buf, ",\"mode\":");
-		escape_json(buf, e->mode);
-	}
+	append_text_field(buf, "period", e->period);
+	append_text_field(buf, "mode", e->mode);
 	if (e->nthresholds >= 0)
 	{
 		int			i;

@@ -25,6 +25,8 @@
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "period.h"
@@ -121,6 +123,92 @@ fm_lookup_timezone(const char *name)
 				 errmsg("time zone \"%s\" appears to use leap seconds", name),
 				 errdetail("PostgreSQL does not support leap seconds.")));
 	return tz;
+}
+
+/* The longest zone name kept (the longest in the database has 32 bytes). */
+#define FM_ZONE_NAME_MAX 64
+
+/* The names of pg_timezone_names, in upper case, read once per backend. */
+static HTAB *zone_names = NULL;
+
+static void
+upper_zone_name(const char *name, char *upper)
+{
+	int			i;
+
+	for (i = 0; name[i] && i < FM_ZONE_NAME_MAX - 1; i++)
+		upper[i] = pg_toupper((unsigned char) name[i]);
+	upper[i] = '\0';
+}
+
+static void
+load_zone_names(void)
+{
+	HASHCTL		ctl;
+	HTAB	   *names;
+	pg_tzenum  *dir;
+	pg_tz	   *tz;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = FM_ZONE_NAME_MAX;
+	ctl.entrysize = FM_ZONE_NAME_MAX;
+	ctl.hcxt = TopMemoryContext;
+	names = hash_create("flagmeter zone names", 1024, &ctl,
+						HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	dir = pg_tzenumerate_start();
+	while ((tz = pg_tzenumerate_next(dir)) != NULL)
+	{
+		const char *name = pg_get_timezone_name(tz);
+		char		upper[FM_ZONE_NAME_MAX];
+
+		if (strlen(name) >= FM_ZONE_NAME_MAX)
+			continue;
+		upper_zone_name(name, upper);
+		(void) hash_search(names, upper, HASH_ENTER, NULL);
+	}
+	pg_tzenumerate_end(dir);
+	zone_names = names;
+}
+
+pg_tz *
+fm_lookup_zone_name(const char *name)
+{
+	pg_tz	   *tz = fm_lookup_timezone(name);
+	char		upper[FM_ZONE_NAME_MAX];
+	bool		found = false;
+
+	if (zone_names == NULL)
+		load_zone_names();
+	if (strlen(name) < FM_ZONE_NAME_MAX)
+	{
+		upper_zone_name(name, upper);
+		(void) hash_search(zone_names, upper, HASH_FIND, &found);
+	}
+	if (!found)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("time zone \"%s\" is not a zone name", name),
+				 errdetail("PostgreSQL reads it as a POSIX time zone specification, whose offsets "
+						   "count hours west of UTC (\"+05:30\" is UTC-05:30) and which follows no "
+						   "zone's daylight-saving rules."),
+				 errhint("Use a name from pg_timezone_names, such as \"Asia/Kolkata\" or \"UTC\".")));
+	return tz;
+}
+
+/*
+ * check_timezone(timezone) -> void: the check of the zones assign_plan
+ * stores and usage_series groups by.
+ */
+PG_FUNCTION_INFO_V1(fm_check_timezone);
+Datum
+fm_check_timezone(PG_FUNCTION_ARGS)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("time zone must not be NULL")));
+	(void) fm_lookup_zone_name(text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	PG_RETURN_VOID();
 }
 
 /* Floor division: the calendar extends to before 2000 (negative values). */

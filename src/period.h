@@ -42,6 +42,15 @@ extern const char *fm_period_kind_name(FmPeriodKind kind);
 extern pg_tz *fm_lookup_timezone(const char *name);
 
 /*
+ * The same, refusing (22023) what is not the name of a zone of the time
+ * zone database (pg_timezone_names), such as the POSIX specification
+ * "+05:30", which PostgreSQL reads as UTC-05:30: for the zones flagmeter
+ * stores and groups by.  The first call in a backend reads the database's
+ * list of names.
+ */
+extern pg_tz *fm_lookup_zone_name(const char *name);
+
+/*
  * Sets [*start, *end) to the period of kind containing at, in time zone
  * tz: always *start <= at < *end, and periods tile time (the period of
  * *start is the same period; the period of *end starts at *end).

@@ -383,6 +383,21 @@ fm_cleanup() {
 	FM_TMP=
 }
 
+# fm_wait_for_line FILE PATTERN PID WHAT: wait (up to 30 s) until FILE has
+# a line matching the grep PATTERN; fails, showing FILE, when PID (the
+# process writing it) exits first or time runs out.
+fm_wait_for_line() {
+	local i
+	for ((i = 0; i < 300; i++)); do
+		grep -q -e "$2" "$1" 2>/dev/null && return 0
+		kill -0 "$3" 2>/dev/null || break
+		sleep 0.1
+	done
+	cat "$1" >&2
+	fm_err "$4"
+	return 1
+}
+
 # fm_setup_cluster: the whole set-up of make test and make demo, from
 # choosing the OS user to a running throwaway server with flagmeter
 # installed.  (bench/run does the same steps with the build logged to a file.)

@@ -73,7 +73,7 @@ demo_psql() {
 # loop feeds psql one poll every 0.2 s until the stop file exists; a poll
 # is a query, and psql prints the notifications that arrived with it.
 start_listener() {
-	local log=$FM_TMP/listener.log stop=$FM_TMP/listener.stop i
+	local log=$FM_TMP/listener.log stop=$FM_TMP/listener.stop
 	rm -f "$stop"
 	: >"$log"
 	{
@@ -93,14 +93,7 @@ start_listener() {
 		>"$log" 2>&1 &
 	LISTENER_PID=$!
 	# ready once it has read latest_version()
-	for ((i = 0; i < 100; i++)); do
-		grep -q '^resync|' "$log" && return 0
-		kill -0 "$LISTENER_PID" 2>/dev/null || break
-		sleep 0.1
-	done
-	cat "$log" >&2
-	fm_err "the listening app instance did not start"
-	return 1
+	fm_wait_for_line "$log" '^resync|' "$LISTENER_PID" "the listening app instance did not start"
 }
 
 # write_load_script FILE: the pgbench script, one request per transaction.

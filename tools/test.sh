@@ -26,6 +26,9 @@
 #              when the server log shows a crash
 #   node       the Node.js client's node:test suite (clients/node, `npm test`)
 #              against this cluster; one test
+#   dashboard  the reference app's node:test suite (examples/dashboard,
+#              `npm test`: API, webhooks, browser) against this cluster; one
+#              test
 #
 # Each suite is its own `make installcheck` (the other two switched off on the
 # command line: REGRESS= / ISOLATION= / TAP_TESTS=), because a single
@@ -170,6 +173,19 @@ run_check() {
 	fi
 }
 
+# host_as_tree_owner ARRAY: the command prefix that runs a host-side suite
+# as the owner of the temp dir (uid and gid, not a name: with PG=17/18 the
+# tree belongs to the chroot's postgres account, whose uid the host may give
+# to nobody or to another account).  Empty when not root.
+host_as_tree_owner() {
+	local -n prefix=$1
+	prefix=()
+	if ((EUID == 0)); then
+		prefix=(setpriv --reuid="$(stat -c %u "$FM_TMP")" --regid="$(stat -c %g "$FM_TMP")"
+			--clear-groups --)
+	fi
+}
+
 # run_node_client: the Node.js client's suite (clients/node, node:test) on
 # this machine, whatever the server's version, as the unprivileged user,
 # a client of the cluster over TCP (PGHOST, PGPORT, PGUSER as
@@ -178,15 +194,35 @@ run_check() {
 # clone; npm's cache lives in the temp dir.
 run_node_client() {
 	local dir=$FM_SRC/clients/node as=()
-	if ((EUID == 0)); then
-		as=("$(command -v runuser || echo /usr/sbin/runuser)" -u "$FM_OS_USER" --)
-	fi
+	host_as_tree_owner as
 	if [[ ! -d $dir/node_modules ]]; then
 		"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
 			bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$dir" || return 1
 	fi
 	"${as[@]}" env HOME="$FM_TMP" PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" \
 		bash -c 'cd "$1" && npm test' _ "$dir"
+}
+
+# run_dashboard: the reference app's suite (examples/dashboard: API tests
+# with two app instances, webhooks, Debian's chromium driving the page) on
+# this machine, as run_node_client runs the client's.  As root chromium is
+# installed from Debian when missing.
+run_dashboard() {
+	local dir=$FM_SRC/examples/dashboard d as=()
+	host_as_tree_owner as
+	if ((EUID == 0)); then
+		if [[ ! -x /usr/bin/chromium ]]; then
+			DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium || return 1
+		fi
+	fi
+	for d in "$FM_SRC/clients/node" "$dir"; do
+		if [[ ! -d $d/node_modules ]]; then
+			"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
+				bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$d" || return 1
+		fi
+	done
+	"${as[@]}" env HOME="$FM_TMP" PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" \
+		DASHBOARD_TEST_OUTPUT="$FM_TMP/dashboard-output" bash -c 'cd "$1" && npm test' _ "$dir"
 }
 
 # has_files GLOB: true if the glob matches at least one file.
@@ -217,6 +253,11 @@ run_host_suites() {
 		PGHOST=127.0.0.1 PGPORT=$FM_PORT PGUSER=$FM_PG_ROLE run_check node run_node_client
 	else
 		fm_log "suite node: no clients/node, skipped"
+	fi
+	if has_files "$FM_SRC/examples/dashboard/package.json"; then
+		PGHOST=127.0.0.1 PGPORT=$FM_PORT PGUSER=$FM_PG_ROLE run_check dashboard run_dashboard
+	else
+		fm_log "suite dashboard: no examples/dashboard, skipped"
 	fi
 }
 

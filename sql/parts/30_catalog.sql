@@ -406,6 +406,10 @@ BEGIN
 		RAISE EXCEPTION 'plan "%" does not exist', left(plan, 64) USING ERRCODE = 'undefined_object',
 			HINT = 'Define it first with flagmeter.define_plan().';
 	END IF;
+	-- a zone name, not a POSIX offset such as '+05:30' (which reads as UTC-05:30)
+	IF timezone IS NOT NULL THEN
+		PERFORM flagmeter.check_timezone(timezone);
+	END IF;
 	SELECT t.anchor, t.timezone INTO current_anchor, current_timezone
 	FROM flagmeter.tenants t WHERE t.tenant = assign_plan.tenant;
 	anchor := COALESCE(anchor, current_anchor, now());
@@ -486,6 +490,31 @@ COMMENT ON FUNCTION flagmeter.drop_override(text, text) IS
 
 -- Lifecycle: a tenant leaves its plan, a plan or a meter goes ---------------------
 
+-- Deletes every row recorded for a tenant (meter NULL) or a meter (tenant
+-- NULL): counters, events, rollups, idempotency keys, voids.  As
+-- recount_current_period it first waits for the transactions recording
+-- usage, and holds new ones until the caller's transaction ends, so that
+-- none of them records into what is deleted.
+CREATE FUNCTION flagmeter.delete_usage(tenant text, meter text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF (tenant IS NULL) = (meter IS NULL) THEN
+		RAISE EXCEPTION 'delete_usage takes a tenant or a meter' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	LOCK TABLE flagmeter.counters IN SHARE ROW EXCLUSIVE MODE;
+	DELETE FROM flagmeter.counters c WHERE c.tenant = delete_usage.tenant OR c.meter = delete_usage.meter;
+	DELETE FROM flagmeter.events e WHERE e.tenant = delete_usage.tenant OR e.meter = delete_usage.meter;
+	DELETE FROM flagmeter.rollup_hour h WHERE h.tenant = delete_usage.tenant OR h.meter = delete_usage.meter;
+	DELETE FROM flagmeter.rollup_day d WHERE d.tenant = delete_usage.tenant OR d.meter = delete_usage.meter;
+	DELETE FROM flagmeter.event_keys k WHERE k.tenant = delete_usage.tenant OR k.meter = delete_usage.meter;
+	DELETE FROM flagmeter.voids v WHERE v.tenant = delete_usage.tenant OR v.meter = delete_usage.meter;
+END $$;
+COMMENT ON FUNCTION flagmeter.delete_usage(text, text) IS
+'deletes everything recorded for a tenant or for a meter (counters, events, rollups, idempotency keys, voids), after the transactions recording usage; for unassign_tenant(forget_usage) and drop_meter';
+
 -- The tenant leaves its plan (its overrides go with it) and is unassigned
 -- again: metered without limit in calendar months in UTC, or refused
 -- (settings.unassigned_tenants).  Its usage, events, idempotency keys and
@@ -509,14 +538,7 @@ BEGIN
 	END IF;
 	before := jsonb_build_object(tenant, flagmeter.limit_configs(tenant));
 	IF forget_usage THEN
-		-- as recount_current_period: in-flight calls end first, new ones wait
-		LOCK TABLE flagmeter.counters IN SHARE ROW EXCLUSIVE MODE;
-		DELETE FROM flagmeter.counters c WHERE c.tenant = unassign_tenant.tenant;
-		DELETE FROM flagmeter.events e WHERE e.tenant = unassign_tenant.tenant;
-		DELETE FROM flagmeter.rollup_hour r WHERE r.tenant = unassign_tenant.tenant;
-		DELETE FROM flagmeter.rollup_day r WHERE r.tenant = unassign_tenant.tenant;
-		DELETE FROM flagmeter.event_keys k WHERE k.tenant = unassign_tenant.tenant;
-		DELETE FROM flagmeter.voids v WHERE v.tenant = unassign_tenant.tenant;
+		PERFORM flagmeter.delete_usage(tenant, NULL);
 		-- this transaction's own events are written at its commit, after this
 		DELETE FROM flagmeter.outbox o WHERE o.tenant = unassign_tenant.tenant;
 	END IF;
@@ -617,6 +639,8 @@ BEGIN
 	IF NOT FOUND THEN
 		RETURN false;
 	END IF;
+	-- no call records usage between the check below and the deletes
+	LOCK TABLE flagmeter.counters IN SHARE ROW EXCLUSIVE MODE;
 	SELECT count(*) INTO nlimits FROM flagmeter.limits l WHERE l.meter = drop_meter.meter;
 	SELECT count(*) INTO noverrides FROM flagmeter.overrides o WHERE o.meter = drop_meter.meter;
 	used := flagmeter.meter_has_usage(meter);
@@ -629,7 +653,6 @@ BEGIN
 			             'and idempotency keys.';
 	END IF;
 
-	LOCK TABLE flagmeter.counters IN SHARE ROW EXCLUSIVE MODE;
 	FOR r IN SELECT l.plan FROM flagmeter.limits l WHERE l.meter = drop_meter.meter ORDER BY 1 LOOP
 		PERFORM flagmeter.announce('limit_changed', NULL, meter, r.plan);
 	END LOOP;
@@ -637,12 +660,7 @@ BEGIN
 	         WHERE e.meter = drop_meter.meter ORDER BY 1 LOOP
 		PERFORM flagmeter.announce('limit_changed', r.tenant, meter, r.plan);
 	END LOOP;
-	DELETE FROM flagmeter.counters c WHERE c.meter = drop_meter.meter;
-	DELETE FROM flagmeter.events e WHERE e.meter = drop_meter.meter;
-	DELETE FROM flagmeter.rollup_hour h WHERE h.meter = drop_meter.meter;
-	DELETE FROM flagmeter.rollup_day d WHERE d.meter = drop_meter.meter;
-	DELETE FROM flagmeter.event_keys k WHERE k.meter = drop_meter.meter;
-	DELETE FROM flagmeter.voids v WHERE v.meter = drop_meter.meter;
+	PERFORM flagmeter.delete_usage(NULL, meter);
 	-- so that a meter defined again under the name announces its thresholds
 	DELETE FROM flagmeter.outbox o WHERE o.meter = drop_meter.meter AND o.kind = 'threshold';
 	DELETE FROM flagmeter.meters m WHERE m.meter = drop_meter.meter;
@@ -654,6 +672,15 @@ COMMENT ON FUNCTION flagmeter.drop_meter(text, boolean) IS
 'drops a meter; refused (2BP01) while plans limit it, tenants override it or it has recorded usage, unless force, which drops those with all its usage, events and idempotency keys; false when there is no such meter';
 
 -- Helpers of the catalog API ---------------------------------------------------
+
+-- The zones flagmeter stores (tenants) and groups by (usage_series): names
+-- of pg_timezone_names only (src/period.c).
+CREATE FUNCTION flagmeter.check_timezone(timezone text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'fm_check_timezone'
+LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION flagmeter.check_timezone(text) IS
+'raises a clear error unless timezone is the name of a zone of pg_timezone_names (POSIX specifications such as +05:30, read with their sign inverted, are refused)';
 
 -- The C check every call makes (src/args.c), so that one bound holds everywhere.
 CREATE FUNCTION flagmeter.check_tenant(tenant text)

@@ -60,8 +60,12 @@ COMMENT ON FUNCTION flagmeter.top_tenants(text, integer, text) IS
 -- bucket, zero buckets included: the body of usage_series and
 -- usage_series_all.  Folded usage comes from the rollups (hourly for hour
 -- buckets and for time zones other than UTC, daily otherwise); events not
--- folded yet are added from the raw events above the watermark.  The
--- tenant test is "IS NULL OR =": the plans of a call for one tenant are
+-- folded yet are added from the raw events above the watermark.  Minute
+-- buckets are finer than any rollup: they are counted from the raw events
+-- alone, folded or not, less every void, so they reach back only as far as
+-- the retention keeps raw events (and voids), and span at most a week
+-- (10 080 buckets) to keep a mistaken call from reading months of events.
+-- The tenant test is "IS NULL OR =": the plans of a call for one tenant are
 -- custom plans with that test folded, so they keep the primary-key scans.
 CREATE FUNCTION flagmeter.series(tenant text, meter text, "from" timestamptz, "to" timestamptz,
 	bucket text, timezone text)
@@ -80,14 +84,11 @@ BEGIN
 	IF "from" IS NULL OR "to" IS NULL OR NOT isfinite("from") OR NOT isfinite("to") THEN
 		RAISE EXCEPTION 'from and to must be finite timestamps' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	IF bucket IS NULL OR NOT bucket = ANY (ARRAY['hour', 'day', 'month']) THEN
+	IF bucket IS NULL OR NOT bucket = ANY (ARRAY['minute', 'hour', 'day', 'week', 'month']) THEN
 		RAISE EXCEPTION 'invalid bucket "%"', left(bucket, 64) USING ERRCODE = 'invalid_parameter_value',
-			HINT = 'Valid buckets are "hour", "day" and "month".';
+			HINT = 'Valid buckets are "minute", "hour", "day", "week" and "month".';
 	END IF;
-	IF timezone IS NULL THEN
-		RAISE EXCEPTION 'time zone must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	PERFORM flagmeter.period_bounds("from", 'day', "from", timezone);	-- validates the zone
+	PERFORM flagmeter.check_timezone(timezone);	-- a zone name, NULL refused
 	IF "to" <= "from" THEN
 		RETURN;
 	END IF;
@@ -96,6 +97,19 @@ BEGIN
 	END IF;
 	step := ('1 ' || bucket)::interval;
 	first_bucket := date_trunc(bucket, "from", timezone);
+	IF bucket = 'minute' THEN
+		IF "to" - "from" > interval '7 days' THEN
+			RAISE EXCEPTION 'a series of minute buckets spans at most 7 days' USING ERRCODE = 'program_limit_exceeded',
+				HINT = 'Use hour buckets for longer series.';
+		END IF;
+		-- raw events recorded before the cut-off may be gone (drop_expired_partitions)
+		IF first_bucket < now() - (SELECT s.retention FROM flagmeter.current_settings s) THEN
+			RAISE EXCEPTION 'minute buckets reach back only as far as the retention'
+				USING ERRCODE = 'invalid_parameter_value',
+				DETAIL = 'Minute buckets are counted from the raw events, which are kept only for the retention (flagmeter.current_settings).',
+				HINT = 'Use hour buckets for older usage.';
+		END IF;
+	END IF;
 
 	RETURN QUERY
 	WITH buckets AS (
@@ -107,28 +121,43 @@ BEGIN
 	), folded AS (
 		SELECT date_trunc(bucket, r.bucket_start, timezone) AS b, r.counter
 		FROM flagmeter.rollup_hour r
-		WHERE (bucket = 'hour' OR timezone <> 'UTC')
+		WHERE bucket <> 'minute' AND (bucket = 'hour' OR timezone <> 'UTC')
 		  AND (series.tenant IS NULL OR r.tenant = series.tenant) AND r.meter = series.meter
 		  AND r.bucket_start >= first_bucket AND r.bucket_start < "to"
 		UNION ALL
 		SELECT date_trunc(bucket, r.bucket_start, timezone), r.counter
 		FROM flagmeter.rollup_day r
-		WHERE bucket <> 'hour' AND timezone = 'UTC'
+		WHERE bucket <> ALL (ARRAY['minute', 'hour']) AND timezone = 'UTC'
 		  AND (series.tenant IS NULL OR r.tenant = series.tenant) AND r.meter = series.meter
 		  AND r.bucket_start >= first_bucket AND r.bucket_start < "to"
 		UNION ALL
 		SELECT date_trunc(bucket, e.occurred_at, timezone),
 		       flagmeter.event_counter(e.amount, e.occurred_at)
 		FROM flagmeter.events e
-		WHERE (series.tenant IS NULL OR e.tenant = series.tenant) AND e.meter = series.meter
+		WHERE bucket <> 'minute'
+		  AND (series.tenant IS NULL OR e.tenant = series.tenant) AND e.meter = series.meter
 		  AND e.occurred_at >= first_bucket AND e.occurred_at < "to"
 		  AND e.xid >= flagmeter.xid_int(watermark)
+		UNION ALL
+		-- minute buckets: every raw event, one aggregate per minute
+		SELECT date_trunc('minute', e.occurred_at, timezone),
+		       flagmeter.quota_counter_agg(e.amount, e.occurred_at)
+		FROM flagmeter.events e
+		WHERE bucket = 'minute'
+		  AND (series.tenant IS NULL OR e.tenant = series.tenant) AND e.meter = series.meter
+		  AND e.occurred_at >= first_bucket AND e.occurred_at < "to"
+		GROUP BY 1
 	), pending_voids AS (
+		-- the voids the rollups read do not hold yet (minute buckets: every void)
 		SELECT date_trunc(bucket, v.occurred_at, timezone) AS b, sum(v.amount)::bigint AS amount, count(*) AS n
-		FROM flagmeter.voids v
-		WHERE (series.tenant IS NULL OR v.tenant = series.tenant) AND v.meter = series.meter
-		  AND v.occurred_at >= first_bucket AND v.occurred_at < "to"
-		  AND v.xid >= watermark
+		FROM (SELECT v.occurred_at, v.amount FROM flagmeter.voids v
+		      WHERE bucket <> 'minute' AND v.xid >= watermark
+		        AND (series.tenant IS NULL OR v.tenant = series.tenant) AND v.meter = series.meter
+		      UNION ALL
+		      SELECT v.occurred_at, v.amount FROM flagmeter.voids v
+		      WHERE bucket = 'minute'
+		        AND (series.tenant IS NULL OR v.tenant = series.tenant) AND v.meter = series.meter) v
+		WHERE v.occurred_at >= first_bucket AND v.occurred_at < "to"
 		GROUP BY 1
 	), merged AS (
 		SELECT f.b, flagmeter.merge_agg(f.counter) AS counter FROM folded f GROUP BY f.b
@@ -158,7 +187,7 @@ BEGIN
 	RETURN QUERY SELECT * FROM flagmeter.series(tenant, meter, "from", "to", bucket, timezone);
 END $$;
 COMMENT ON FUNCTION flagmeter.usage_series(text, text, timestamptz, timestamptz, text, text) IS
-'usage of a tenant and meter per hour, day or month bucket (in the given time zone) from "from" up to "to", zero buckets included; includes events not folded yet';
+'usage of a tenant and meter per minute, hour, day, week (from Monday) or month bucket (in the given time zone) from "from" up to "to", zero buckets included; includes events not folded yet; minute buckets from the raw events, within the retention and at most 7 days';
 
 CREATE FUNCTION flagmeter.usage_series_all(meter text, "from" timestamptz, "to" timestamptz,
 	bucket text DEFAULT 'day', timezone text DEFAULT 'UTC')
@@ -168,5 +197,5 @@ AS $$
 SELECT * FROM flagmeter.series(NULL, $1, $2, $3, $4, $5)
 $$;
 COMMENT ON FUNCTION flagmeter.usage_series_all(text, timestamptz, timestamptz, text, text) IS
-'usage of all tenants together of a meter per hour, day or month bucket, like usage_series: counter merges every tenant''s events of the bucket';
+'usage of all tenants together of a meter per minute, hour, day, week or month bucket, like usage_series: counter merges every tenant''s events of the bucket';
 

@@ -88,6 +88,7 @@ REVOKE ALL ON FUNCTION flagmeter.drop_override(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.unassign_tenant(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_plan(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_meter(text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.delete_usage(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.recount_current_period(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.review_blocks(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.apply_limit_changes(jsonb) FROM PUBLIC;
@@ -182,6 +183,7 @@ BEGIN
 			'flagmeter.unassign_tenant(text, boolean)',
 			'flagmeter.drop_plan(text, boolean)',
 			'flagmeter.drop_meter(text, boolean)',
+			'flagmeter.delete_usage(text, text)',
 			'flagmeter.recount_current_period(text, text)',
 			'flagmeter.review_blocks(text, text, text)',
 			'flagmeter.review_usage(text, text)',
@@ -200,7 +202,9 @@ END $$;
 COMMENT ON FUNCTION flagmeter.access_privileges(text) IS
 'the privileges of a role layout (request, listener, dashboard, admin), one per row, as grant_access grants them';
 
-CREATE FUNCTION flagmeter.grant_access(role regrole, access text)
+-- GRANT or REVOKE, privilege by privilege, a layout: the body of
+-- grant_access and revoke_access.
+CREATE FUNCTION flagmeter.change_access(role regrole, access text, action text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -211,33 +215,36 @@ BEGIN
 	IF role IS NULL THEN
 		RAISE EXCEPTION 'role must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	IF action IS NULL OR NOT action = ANY (ARRAY['GRANT', 'REVOKE']) THEN
+		RAISE EXCEPTION 'invalid action "%"', left(action, 64) USING ERRCODE = 'invalid_parameter_value';
+	END IF;
 	FOR p IN SELECT * FROM flagmeter.access_privileges(access) LOOP
-		EXECUTE format('GRANT %s ON %s TO %s', p.privilege, p.object, role);
+		EXECUTE format('%s %s ON %s %s %s', action, p.privilege, p.object,
+		               CASE WHEN action = 'GRANT' THEN 'TO' ELSE 'FROM' END, role);
 	END LOOP;
 END $$;
+COMMENT ON FUNCTION flagmeter.change_access(regrole, text, text) IS
+'grants (action GRANT) or revokes (REVOKE) the privileges of a layout (see access_privileges); the body of grant_access and revoke_access';
+
+CREATE FUNCTION flagmeter.grant_access(role regrole, access text)
+RETURNS void
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT flagmeter.change_access($1, $2, 'GRANT') $$;
 COMMENT ON FUNCTION flagmeter.grant_access(regrole, text) IS
 'grants a role the privileges of a layout: request (track, consume, check, usage, void), listener (the client protocol), dashboard (status, top_tenants, usage_series, stats) or admin (the catalog functions); see access_privileges()';
 
 CREATE FUNCTION flagmeter.revoke_access(role regrole, access text)
 RETURNS void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	p record;
-BEGIN
-	IF role IS NULL THEN
-		RAISE EXCEPTION 'role must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	FOR p IN SELECT * FROM flagmeter.access_privileges(access) LOOP
-		EXECUTE format('REVOKE %s ON %s FROM %s', p.privilege, p.object, role);
-	END LOOP;
-END $$;
+AS $$ SELECT flagmeter.change_access($1, $2, 'REVOKE') $$;
 COMMENT ON FUNCTION flagmeter.revoke_access(regrole, text) IS
 'takes back from a role the privileges grant_access gave it for a layout (USAGE on the schema included: revoke the other layouts the role holds last)';
 
 REVOKE ALL ON FUNCTION flagmeter.grant_access(regrole, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.revoke_access(regrole, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.change_access(regrole, text, text) FROM PUBLIC;
 
 -- Moving tenants to another shard, run as the owner (they create and drop
 -- triggers on flagmeter's tables).

@@ -80,6 +80,31 @@ SELECT assign_plan('acme', 'pro'), assign_plan('acme', 'free', NULL, NULL);
 SELECT assign_plan('acme', 'free', timezone => 'Asia/Tokyo');
 SELECT tenant, plan, anchor, timezone FROM tenants WHERE tenant = 'acme';
 SELECT assign_plan('acme', 'free', '2026-01-31 10:00:00+00', 'Europe/Berlin');
+-- Time zones are zone names (issue 15): a POSIX specification such as
+-- '+05:30' is refused, since PostgreSQL reads it as UTC-05:30 (offsets
+-- west of UTC) with no daylight-saving rules.  Names are matched without
+-- regard to case; IANA's own Etc/GMT-5 (UTC+5, by IANA's inverted sign) is
+-- a zone name.  period_bounds() itself takes what PostgreSQL takes.
+SELECT assign_plan('zoned', 'free', '2026-01-31 10:00:00+00', '+05:30');
+SELECT assign_plan('zoned', 'free', '2026-01-31 10:00:00+00', 'UTC+3');
+SELECT assign_plan('zoned', 'free', '2026-01-31 10:00:00+00', 'asia/kolkata'),
+       assign_plan('zoned', 'free', timezone => 'Etc/GMT-5');
+SELECT timezone FROM tenants WHERE tenant = 'zoned';
+SELECT * FROM usage_series('zoned', 'api_calls', '2026-02-01', '2026-02-02', 'day', '+05:30');
+SELECT * FROM period_bounds('2026-03-01 12:00+00', 'day', '2026-01-01', '+05:30');
+-- An anchor is an instant (timestamptz): PostgreSQL reads a literal without
+-- an offset in the session's TimeZone before flagmeter sees it, not in the
+-- tenant's.  Write the zone in the literal, or convert a local time with
+-- AT TIME ZONE: both give 10:00 in Tokyo.
+SET TimeZone = 'America/New_York';
+SELECT assign_plan('zoned', 'free', '2026-01-31 10:00', 'Asia/Tokyo');
+SELECT anchor AT TIME ZONE 'Asia/Tokyo' AS local_anchor FROM tenants WHERE tenant = 'zoned';
+SELECT assign_plan('zoned', 'free', '2026-01-31 10:00 Asia/Tokyo');
+SELECT anchor AT TIME ZONE 'Asia/Tokyo' AS local_anchor FROM tenants WHERE tenant = 'zoned';
+SELECT assign_plan('zoned', 'free', '2026-01-31 10:00'::timestamp AT TIME ZONE 'Asia/Tokyo');
+SELECT anchor AT TIME ZONE 'Asia/Tokyo' AS local_anchor FROM tenants WHERE tenant = 'zoned';
+SET TimeZone = 'UTC';
+SELECT unassign_tenant('zoned');
 BEGIN;
 SELECT assign_plan('newbie', 'free');
 SELECT plan, anchor = now() AS anchor_now, timezone FROM tenants WHERE tenant = 'newbie';

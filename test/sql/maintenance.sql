@@ -45,7 +45,10 @@ SELECT bucket_start, used FROM usage_series('acme', 'api_calls', '2026-03-01', '
 -- bucket starts follow DST in the series' time zone (2026-03-08 in Los Angeles)
 SELECT bucket_start, used FROM usage_series('acme', 'api_calls', '2026-03-07 08:00:00+00', '2026-03-10 07:00:00+00', 'day', 'America/Los_Angeles');
 SELECT count(*) AS empty_series FROM usage_series('acme', 'api_calls', '2026-03-02', '2026-03-01');
-SELECT usage_series('acme', 'api_calls', '2026-03-01', '2026-03-02', 'week');
+-- week buckets start on Monday, in the series' time zone
+SELECT bucket_start, used FROM usage_series('acme', 'api_calls', '2026-02-25', '2026-03-12', 'week');
+SELECT bucket_start, used FROM usage_series('acme', 'api_calls', '2026-02-25', '2026-03-12', 'week', 'America/Los_Angeles');
+SELECT usage_series('acme', 'api_calls', '2026-03-01', '2026-03-02', 'fortnight');
 SELECT usage_series('acme', 'api_calls', '2026-03-01', '2026-03-02', 'day', 'Nowhere/Land');
 SELECT usage_series('acme', 'nope', '2026-03-01', '2026-03-02');
 SELECT usage_series('acme', 'api_calls', '-infinity', '2026-03-02');

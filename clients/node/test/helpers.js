@@ -60,4 +60,4 @@ async function until (cond, ms = 10000, what = 'condition') {
   }
 }
 
-module.exports = { createDatabase, connection, commits, until }
+module.exports = { createDatabase, connection, commits, until, admin }

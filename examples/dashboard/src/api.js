@@ -1,0 +1,130 @@
+'use strict'
+// The JSON API: usage events, consume with rate-limit headers, a tenant's
+// usage, webhooks.  Answers say what happened in PostgreSQL: 200 once the
+// event is committed (durable), 409 for a key recorded before, 429 when a
+// consume is refused, 400 with the SQLSTATE when the database refuses the
+// input.
+const { HttpError } = require('./http')
+const { tenantUsage } = require('./sql/tenantUsage')
+const { addWebhook, listWebhooks, removeWebhook } = require('./sql/webhooks')
+
+/** SQLSTATEs that mean "this input is wrong": data exceptions, integrity, unknown objects. */
+function badInput (err) {
+  return /^(22|23|42)/.test(err.code ?? '')
+}
+
+/**
+ * A call through the client's batcher, and the same call alone when its
+ * group failed on bad input: the client fails every caller of a group with
+ * the group's error (README, "Node.js client", Errors), and nothing of the
+ * group was recorded, so a caller tries once more on its own to learn
+ * whether the bad input was its own.  Only the bad call then fails.
+ */
+async function grouped (call, alone) {
+  try {
+    return await call()
+  } catch (err) {
+    if (!badInput(err)) throw err
+    return alone()
+  }
+}
+
+function field (body, name, { required = true, type = 'string' } = {}) {
+  const v = body[name]
+  if (v === undefined || v === null) {
+    if (required) throw new HttpError(400, `${name} is required`)
+    return undefined
+  }
+  if (type === 'amount') {
+    if (!Number.isSafeInteger(v) || v < 0) throw new HttpError(400, `${name} must be a non-negative integer`)
+    return v
+  }
+  if (typeof v !== 'string' || v === '') throw new HttpError(400, `${name} must be a non-empty string`)
+  return v
+}
+
+/** The body of /api/events and /api/consume: {tenant, meter, amount = 1, id}. */
+function usageBody (body) {
+  const id = field(body, 'id', { required: false })
+  return {
+    tenant: field(body, 'tenant'),
+    meter: field(body, 'meter'),
+    amount: field(body, 'amount', { required: false, type: 'amount' }) ?? 1,
+    id,
+    opts: { key: id }
+  }
+}
+
+function rateLimitHeaders (d) {
+  if (d.quota === null) return {}
+  const h = { 'X-RateLimit-Limit': String(d.quota), 'X-RateLimit-Remaining': String(d.remaining) }
+  if (d.resetsAt) {
+    const reset = Math.ceil(d.resetsAt.getTime() / 1000)
+    h['X-RateLimit-Reset'] = String(reset)
+    if (!d.granted) h['Retry-After'] = String(Math.max(0, reset - Math.floor(Date.now() / 1000)))
+  }
+  return h
+}
+
+function createApi ({ fm, metrics, deliverer }) {
+  async function postEvent (body) {
+    const { tenant, meter, amount, id, opts } = usageBody(body)
+    const { counted } = await grouped(() => fm.track(tenant, meter, amount, opts),
+      () => fm.transaction((tx) => tx.track(tenant, meter, amount, opts)))
+    metrics.usageEvents.inc({ result: counted ? 'counted' : 'duplicate' })
+    if (!counted) return [409, { error: 'duplicate: this id was recorded before', id, counted }]
+    return [200, { counted, id: id ?? null }]
+  }
+
+  async function postConsume (body) {
+    const { tenant, meter, amount, opts } = usageBody(body)
+    const d = await grouped(() => fm.consume(tenant, meter, amount, opts),
+      () => fm.transaction((tx) => tx.consume(tenant, meter, amount, opts)))
+    metrics.consumes.inc({ result: d.granted ? 'granted' : 'refused' })
+    const body2 = { granted: d.granted, used: d.used, quota: d.quota, remaining: d.remaining, resets_at: d.resetsAt, overage: d.overage, meter }
+    if (!d.granted) return [429, { error: 'quota exceeded', ...body2 }, rateLimitHeaders(d)]
+    return [200, body2, rateLimitHeaders(d)]
+  }
+
+  async function getUsage (tenant) {
+    const rows = await tenantUsage(fm.pool, tenant)
+    return [200, {
+      tenant,
+      plan: rows.length ? rows[0].plan : null,
+      meters: rows.map((r) => ({
+        meter: r.meter,
+        used: r.used,
+        quota: r.quota,
+        remaining: r.remaining,
+        state: r.state,
+        mode: r.mode,
+        period: r.period,
+        resets_at: r.resets_at,
+        blocked: fm.isBlocked(tenant, r.meter)
+      }))
+    }]
+  }
+
+  async function postWebhook (body) {
+    const url = field(body, 'url')
+    const tenant = field(body, 'tenant', { required: false })
+    let parsed
+    try { parsed = new URL(url) } catch { throw new HttpError(400, 'url is not a URL') }
+    if (!/^https?:$/.test(parsed.protocol)) throw new HttpError(400, 'url must be http or https')
+    const w = await addWebhook(fm.pool, url, tenant)
+    deliverer.kick()
+    return [201, w]
+  }
+
+  return {
+    postEvent,
+    postConsume,
+    getUsage,
+    postWebhook,
+    listWebhooks: async () => [200, await listWebhooks(fm.pool)],
+    removeWebhook: async (id) => (await removeWebhook(fm.pool, id)) ? [204, null] : [404, { error: 'no such webhook' }],
+    badInput
+  }
+}
+
+module.exports = { createApi }

@@ -1,0 +1,183 @@
+'use strict'
+// The app: one node:http server on the flagmeter client.
+//
+//   POST /api/events        {tenant, meter, amount, id}  200 | 409 duplicate | 400 {sqlstate}
+//   POST /api/consume       {tenant, meter, amount, id}  200 | 429, X-RateLimit-* headers
+//   GET  /api/usage/:tenant every meter: used, quota, remaining, state, resets_at
+//   GET  /api/state         what the dashboard shows, read now
+//   GET  /api/stream        server-sent events for the dashboard (?tenant=&meter= for its chart)
+//   GET/POST /api/webhooks, DELETE /api/webhooks/:id
+//   GET  /metrics           Prometheus
+//   GET  /                  the dashboard (public/, uPlot from node_modules: works offline)
+const fs = require('node:fs')
+const http = require('node:http')
+const path = require('node:path')
+const { FlagMeter } = require('flagmeter')
+
+const { send, readJson, HttpError } = require('./http')
+const { performance } = require('node:perf_hooks')
+const { createApi } = require('./api')
+const { createMetrics } = require('./metrics')
+const { LiveFeed } = require('./live')
+const { WebhookDeliverer } = require('./webhooks')
+const { applySchema } = require('./sql/schema')
+
+const PUBLIC = path.join(__dirname, '..', 'public')
+const UPLOT = path.dirname(require.resolve('uplot/dist/uPlot.iife.min.js'))
+
+// Every file the page loads, by URL: nothing else is served from disk.
+const STATIC = {
+  '/': [path.join(PUBLIC, 'index.html'), 'text/html; charset=utf-8'],
+  '/static/dashboard.js': [path.join(PUBLIC, 'dashboard.js'), 'text/javascript; charset=utf-8'],
+  '/static/dashboard.css': [path.join(PUBLIC, 'dashboard.css'), 'text/css; charset=utf-8'],
+  '/static/uPlot.iife.min.js': [path.join(UPLOT, 'uPlot.iife.min.js'), 'text/javascript; charset=utf-8'],
+  '/static/uPlot.min.css': [path.join(UPLOT, 'uPlot.min.css'), 'text/css; charset=utf-8']
+}
+
+/**
+ * @param {object} opts
+ * @param {string} opts.databaseUrl  the request path and the LISTEN session (a direct connection)
+ * @param {string} [opts.instance]   a name shown on the page and in /api/state
+ * @param {number} [opts.poolSize]   the client's pool (20)
+ * @param {number} [opts.maxInFlight]  the client's groups in flight per kind (its default, 4)
+ * @param {number} [opts.maxGroup]   the client's largest group (its default, 500)
+ * @param {object} [opts.webhooks]   WebhookDeliverer options (timeoutMs, retryMs, ...)
+ * @param {object} [opts.live]       LiveFeed options (stateMs, seriesMs)
+ * @param {(msg: string) => void} [opts.log]
+ */
+function createApp (opts) {
+  const log = opts.log ?? ((msg) => console.error(msg))
+  const fm = new FlagMeter({
+    connectionString: opts.databaseUrl,
+    poolSize: opts.poolSize ?? 20,
+    ...(opts.maxInFlight ? { maxInFlight: opts.maxInFlight } : {}),
+    ...(opts.maxGroup ? { maxGroup: opts.maxGroup } : {})
+  })
+  fm.on('error', (err) => log(`flagmeter listener: ${err.message} (reconnecting)`))
+  // an idle pool connection that the server ends (a restart, a terminated
+  // backend) is dropped by the pool; unheard, node-postgres's 'error' would
+  // end the process
+  fm.pool.on('error', (err) => log(`pool: ${err.message}`))
+  const metrics = createMetrics(fm)
+  for (const kind of ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed']) {
+    fm.on(kind, () => metrics.quotaEvents.inc({ kind }))
+  }
+  const deliverer = new WebhookDeliverer({
+    connection: { connectionString: opts.databaseUrl },
+    ...opts.webhooks,
+    onAttempt: (result) => metrics.webhookAttempts.inc({ result }),
+    onError: (err) => log(`webhooks: ${err.message}`)
+  })
+  for (const kind of ['threshold', 'blocked', 'unblocked']) fm.on(kind, () => deliverer.kick())
+  const live = new LiveFeed({ fm, instance: opts.instance ?? `pid ${process.pid}`, ...opts.live, onError: (err) => log(`dashboard: ${err.message}`) })
+  metrics.state.streamClients = () => live.clients
+  const api = createApi({ fm, metrics, deliverer })
+
+  async function route (req, url) {
+    const p = url.pathname
+    const m = req.method
+    if (m === 'POST' && p === '/api/events') return api.postEvent(await readJson(req))
+    if (m === 'POST' && p === '/api/consume') return api.postConsume(await readJson(req))
+    if (m === 'GET' && p.startsWith('/api/usage/')) return api.getUsage(decodeURIComponent(p.slice('/api/usage/'.length)))
+    if (m === 'GET' && p === '/api/state') return [200, await live.snapshot()]
+    if (m === 'GET' && p === '/api/webhooks') return api.listWebhooks()
+    if (m === 'POST' && p === '/api/webhooks') return api.postWebhook(await readJson(req))
+    if (m === 'DELETE' && /^\/api\/webhooks\/\d+$/.test(p)) return api.removeWebhook(p.split('/').pop())
+    throw new HttpError(404, 'not found')
+  }
+
+  function routeName (req, url) {
+    const p = url.pathname
+    if (p.startsWith('/api/usage/')) return '/api/usage/:tenant'
+    if (/^\/api\/webhooks\/\d+$/.test(p)) return '/api/webhooks/:id'
+    if (STATIC[p] || p.startsWith('/api/') || p === '/metrics') return p
+    return 'other'
+  }
+
+  const server = http.createServer((req, res) => {
+    // the path without a URL object: this runs for every request
+    const q = req.url.indexOf('?')
+    const url = { pathname: q < 0 ? req.url : req.url.slice(0, q), search: q < 0 ? '' : req.url.slice(q) }
+    const name = routeName(req, url)
+    const started = performance.now()
+    res.on('finish', () => metrics.observe(req.method, name, res.statusCode, (performance.now() - started) / 1000))
+    if (req.method === 'GET' && STATIC[url.pathname]) {
+      const [file, type] = STATIC[url.pathname]
+      res.writeHead(200, { 'content-type': type, 'cache-control': 'no-cache' })
+      fs.createReadStream(file).pipe(res)
+      return
+    }
+    if (req.method === 'GET' && url.pathname === '/favicon.ico') {
+      res.writeHead(204)
+      res.end()
+      return
+    }
+    if (req.method === 'GET' && url.pathname === '/api/stream') {
+      const params = new URLSearchParams(url.search)
+      live.attach(req, res, params.get('tenant'), params.get('meter'))
+      return
+    }
+    if (req.method === 'GET' && url.pathname === '/metrics') {
+      metrics.register.metrics().then((text) => {
+        res.writeHead(200, { 'content-type': metrics.register.contentType })
+        res.end(text)
+      }, (err) => send(res, 500, { error: err.message }))
+      return
+    }
+    route(req, url).then(([status, body, headers]) => {
+      if (status === 204) { res.writeHead(204); res.end(); return }
+      send(res, status, body, headers)
+    }, (err) => {
+      if (url.pathname === '/api/events') metrics.usageEvents.inc({ result: 'rejected' })
+      if (url.pathname === '/api/consume') metrics.consumes.inc({ result: 'rejected' })
+      if (err instanceof HttpError) return send(res, err.status, { error: err.message, ...err.extra })
+      // arguments the client checks itself, and input the database refused
+      if (err instanceof TypeError || err instanceof RangeError) return send(res, 400, { error: err.message })
+      if (api.badInput(err)) return send(res, 400, { error: err.message, sqlstate: err.code })
+      if (err.code === 'FLAGMETER_CLOSED') return send(res, 503, { error: 'shutting down' })
+      log(`${req.method} ${url.pathname}: ${err.stack ?? err.message}`)
+      send(res, 500, { error: 'internal error', sqlstate: err.code })
+    })
+  })
+  server.keepAliveTimeout = 60000
+
+  let closing = null
+  return {
+    server,
+    fm,
+    live,
+    deliverer,
+    metrics,
+    /** Schema, first snapshot of the cache, the dashboard's event list; then listen. */
+    async listen (port, host) {
+      await applySchema(fm.pool)
+      await fm.ready()
+      await live.start()
+      deliverer.start()
+      await new Promise((resolve, reject) => {
+        server.once('error', reject)
+        server.listen(port, host, () => { server.off('error', reject); resolve() })
+      })
+      return server.address()
+    },
+    /**
+     * Stop taking requests, end the dashboards' streams, let pending
+     * events become durable, stop the deliverer, close the client.
+     */
+    close () {
+      if (!closing) {
+        closing = (async () => {
+          const stopped = new Promise((resolve) => server.close(resolve))
+          server.closeIdleConnections()
+          await live.close()
+          await stopped
+          await deliverer.close()
+          await fm.close()
+        })()
+      }
+      return closing
+    }
+  }
+}
+
+module.exports = { createApp }

@@ -1,0 +1,154 @@
+'use strict'
+// The API with two app instances on one database, as in production.
+const { test, before, after } = require('node:test')
+const assert = require('node:assert/strict')
+const { createDatabase, until, startApp, call } = require('./helpers')
+
+let db, a, b
+before(async () => {
+  db = await createDatabase('fm_dash_api', `
+    SELECT flagmeter.define_meter('api_calls'), flagmeter.define_meter('tokens'), flagmeter.define_meter('storage', 'max');
+    SELECT flagmeter.define_plan('free'), flagmeter.set_limit('free', 'api_calls', 20, 'month', 'hard'),
+           flagmeter.set_limit('free', 'tokens', 1000000, 'month', 'soft');
+    SELECT flagmeter.assign_plan(t, 'free') FROM unnest(ARRAY['acme', 'globex', 'initech']) t;`)
+  ;[a, b] = await Promise.all([startApp(db, null), startApp(db, null)])
+})
+after(async () => {
+  const codes = await Promise.all([a, b].filter(Boolean).map((app) => app.stop()))
+  await db.drop()
+  assert.deepEqual(codes, [0, 0], 'both instances stop cleanly on SIGTERM')
+})
+
+async function scalar (sql) {
+  const { rows } = await db.query(sql)
+  return Object.values(rows[0])[0]
+}
+
+test('events through two instances: every answered event counted once, duplicates 409', async () => {
+  const n = 400
+  const requests = []
+  for (let i = 0; i < n; i++) {
+    const app = i % 2 ? a : b
+    requests.push(call(`${app.url}/api/events`, 'POST', { tenant: `t${i % 5}`, meter: 'tokens', amount: i % 7 + 1, id: `e${i}` }))
+  }
+  // the same ids again, each through the other instance, meanwhile
+  for (let i = 0; i < n; i += 8) {
+    requests.push(call(`${(i % 2 ? b : a).url}/api/events`, 'POST', { tenant: `t${i % 5}`, meter: 'tokens', amount: i % 7 + 1, id: `e${i}` }))
+  }
+  const answers = await Promise.all(requests)
+  const by = (s) => answers.filter((r) => r.status === s).length
+  assert.equal(by(200) + by(409), answers.length, `statuses: ${[...new Set(answers.map((r) => r.status))]}`)
+  assert.equal(by(200), n)
+  assert.equal(by(409), n / 8)
+  for (const r of answers.filter((x) => x.status === 409)) assert.equal(r.body.counted, false)
+  let expected = 0
+  for (let i = 0; i < n; i++) expected += i % 7 + 1
+  // durable when answered: counted in the database, read by another session, right away
+  assert.equal(Number(await scalar("SELECT sum(amount) FROM flagmeter.events WHERE tenant LIKE 't_'")), expected)
+  let viaApi = 0
+  for (let t = 0; t < 5; t++) {
+    const u = await call(`${a.url}/api/usage/t${t}`)
+    viaApi += u.body.meters.find((m) => m.meter === 'tokens').used
+  }
+  assert.equal(viaApi, expected)
+})
+
+test('bad input: 400 with the SQLSTATE, and only the bad event fails', async () => {
+  const good = Array.from({ length: 60 }, (_, i) => call(`${(i % 2 ? a : b).url}/api/events`, 'POST', { tenant: 'mixed', meter: 'api_calls', amount: 1, id: `m${i}` }))
+  const bad = [
+    call(`${a.url}/api/events`, 'POST', { tenant: 'mixed', meter: 'nope', amount: 1 }),
+    call(`${b.url}/api/events`, 'POST', { tenant: 'mixed', meter: 'api_calls', amount: 1, id: 'k'.repeat(300) }),
+    call(`${a.url}/api/events`, 'POST', { tenant: 'x'.repeat(300), meter: 'api_calls' })
+  ]
+  const answers = await Promise.all([...good, ...bad])
+  assert.deepEqual(answers.slice(0, 60).map((r) => r.status), Array(60).fill(200))
+  const [nope, longKey, longTenant] = answers.slice(60)
+  assert.equal(nope.status, 400)
+  assert.equal(nope.body.sqlstate, '42704')
+  assert.match(nope.body.error, /meter "nope" does not exist/)
+  assert.equal(longKey.status, 400)
+  assert.equal(longKey.body.sqlstate, '22023')
+  assert.equal(longTenant.status, 400)
+  assert.equal(longTenant.body.sqlstate, '22023')
+  assert.equal(Number(await scalar("SELECT count(*) FROM flagmeter.events WHERE tenant = 'mixed'")), 60)
+  // checked by the app before the database: no SQLSTATE to give
+  for (const body of [{ meter: 'api_calls' }, { tenant: 'acme', meter: 'api_calls', amount: -1 }, { tenant: 'acme', meter: 'api_calls', amount: 1.5 }]) {
+    const r = await call(`${a.url}/api/events`, 'POST', body)
+    assert.equal(r.status, 400, JSON.stringify(body))
+  }
+  const notJson = await fetch(`${a.url}/api/events`, { method: 'POST', body: '{"tenant":' })
+  assert.equal(notJson.status, 400)
+})
+
+test('consume on two instances: never past the hard limit, 429 with rate-limit headers', async () => {
+  const answers = await Promise.all(Array.from({ length: 60 }, (_, i) =>
+    call(`${(i % 2 ? a : b).url}/api/consume`, 'POST', { tenant: 'acme', meter: 'api_calls', amount: 1, id: `c${i}` })))
+  const granted = answers.filter((r) => r.status === 200)
+  const refused = answers.filter((r) => r.status === 429)
+  assert.equal(granted.length, 20)
+  assert.equal(refused.length, 40)
+  const resets = await scalar("SELECT ceil(extract(epoch FROM period_end))::bigint FROM flagmeter.status WHERE tenant = 'acme' AND meter = 'api_calls'")
+  for (const r of refused) {
+    assert.equal(r.headers.get('x-ratelimit-limit'), '20')
+    assert.equal(r.headers.get('x-ratelimit-remaining'), '0')
+    assert.equal(r.headers.get('x-ratelimit-reset'), String(resets))
+    assert.ok(Number(r.headers.get('retry-after')) > 0)
+    assert.equal(r.body.granted, false)
+  }
+  const remaining = granted.map((r) => Number(r.headers.get('x-ratelimit-remaining'))).sort((x, y) => x - y)
+  assert.deepEqual(remaining, Array.from({ length: 20 }, (_, i) => i))
+  // a retried id gets its first decision, through either instance
+  const again = await call(`${a.url}/api/consume`, 'POST', { tenant: 'acme', meter: 'api_calls', amount: 1, id: 'c0' })
+  assert.equal(again.status, answers[0].status)
+  assert.equal(Number(await scalar("SELECT used FROM flagmeter.status WHERE tenant = 'acme' AND meter = 'api_calls'")), 20)
+})
+
+test('both dashboards show the same blocked tenant, and its usage', async () => {
+  await until(async () => {
+    const states = await Promise.all([a, b].map((app) => call(`${app.url}/api/state`)))
+    return states.every((s) => s.body.blocked.some((x) => x.tenant === 'acme' && x.meter === 'api_calls'))
+  }, 15000, 'acme blocked on both instances')
+  const [sa, sb] = await Promise.all([a, b].map((app) => call(`${app.url}/api/state`)))
+  assert.deepEqual(sa.body.blocked, sb.body.blocked)
+  assert.deepEqual(sa.body.tenants, sb.body.tenants)
+  assert.notEqual(sa.body.instance, sb.body.instance)
+  const acme = sa.body.tenants.find((t) => t.tenant === 'acme')
+  assert.equal(acme.plan, 'free')
+  assert.deepEqual(acme.meters.find((m) => m.meter === 'api_calls'), {
+    ...acme.meters.find((m) => m.meter === 'api_calls'), used: 20, quota: 20, remaining: 0, state: 'exceeded'
+  })
+  const kinds = sb.body.events.filter((e) => e.tenant === 'acme').map((e) => e.kind)
+  assert.ok(kinds.includes('blocked') && kinds.includes('threshold'), kinds.join())
+})
+
+test('GET /api/usage/:tenant: every meter, limited or not', async () => {
+  await call(`${a.url}/api/events`, 'POST', { tenant: 'globex', meter: 'storage', amount: 42 })
+  const r = await call(`${b.url}/api/usage/globex`)
+  assert.equal(r.status, 200)
+  assert.equal(r.body.plan, 'free')
+  assert.deepEqual(r.body.meters.map((m) => m.meter), ['api_calls', 'storage', 'tokens'])
+  const storage = r.body.meters.find((m) => m.meter === 'storage')
+  assert.deepEqual([storage.used, storage.quota, storage.remaining, storage.state, storage.resets_at], [42, null, null, 'ok', null])
+  const calls = r.body.meters.find((m) => m.meter === 'api_calls')
+  assert.deepEqual([calls.used, calls.quota, calls.remaining, calls.state, calls.blocked], [0, 20, 20, 'ok', false])
+  assert.ok(!Number.isNaN(Date.parse(calls.resets_at)))
+  const acme = await call(`${b.url}/api/usage/acme`)
+  assert.equal(acme.body.meters.find((m) => m.meter === 'api_calls').blocked, true)
+  const stranger = await call(`${a.url}/api/usage/nobody`)
+  assert.equal(stranger.body.plan, null)
+  assert.ok(stranger.body.meters.every((m) => m.used === 0 && m.quota === null))
+})
+
+test('/metrics: requests, latency, batches, events', async () => {
+  const res = await fetch(`${a.url}/metrics`)
+  assert.equal(res.status, 200)
+  assert.match(res.headers.get('content-type'), /^text\/plain/)
+  const text = await res.text()
+  assert.match(text, /^http_requests_total\{method="POST",route="\/api\/events",status="200"\} \d+/m)
+  assert.match(text, /^http_request_duration_seconds_bucket\{le="0\.1",method="POST",route="\/api\/consume"\} \d+/m)
+  const batches = Number(/^flagmeter_client_batches_total\{kind="track"\} (\d+)/m.exec(text)[1])
+  const calls = Number(/^flagmeter_client_calls_total\{kind="track"\} (\d+)/m.exec(text)[1])
+  assert.ok(batches >= 1 && batches <= calls, `${calls} calls in ${batches} batches`)
+  assert.match(text, /^dashboard_usage_events_total\{result="counted"\} \d+/m)
+  assert.match(text, /^dashboard_quota_events_total\{kind="blocked"\} 1$/m)
+})
