@@ -51,6 +51,10 @@
 # If setup fails before the tests (packages, build, server start), the line
 # is `0 passed, 1 failed`.
 #
+# While working on one thing: SUITES="tap node" runs only those suites (names
+# as above; all when unset), and TAP_FILES="test/t/080_plproxy.pl" only those
+# TAP files.  `make test` as CI runs it sets neither.
+#
 # On failure, regression.diffs, output_iso/regression.diffs, the tails of the
 # TAP logs (tmp_check/log/*) and of the server log are printed, and the exit
 # status is non-zero.  The cluster is always stopped and the temp dir removed
@@ -130,11 +134,20 @@ TOTAL_SKIPPED=0
 ANY_STAGE_FAILED=0
 declare -A SUITE_FAILED=()  # suite name -> 1 when it had a failure
 
+# wanted NAME: true when SUITES is unset or names the suite.
+wanted() {
+	[[ -z ${SUITES:-} || " $SUITES " == *" $1 "* ]]
+}
+
 # run_suite NAME COUNTER MAKE-OVERRIDES...: one `make installcheck` as the
 # unprivileged user in the copy, tee'd to $FM_TMP/NAME.log, then counted.
 run_suite() {
 	local name=$1 counter=$2 log=$FM_TMP/$1.log rc=0 p f s
 	shift 2
+	wanted "$name" || return 0
+	if [[ $name == tap && -n ${TAP_FILES:-} ]]; then
+		set -- "$@" "PROVE_TESTS=$TAP_FILES"
+	fi
 	fm_log "suite $name: make installcheck $*"
 	(cd "$FM_SRC" && run_as_pg make --no-print-directory installcheck \
 		PG_CONFIG="$FM_PG_CONFIG" "$@") 2>&1 | tee "$log" || rc=$?
@@ -160,6 +173,7 @@ run_suite() {
 run_check() {
 	local name=$1 rc=0
 	shift
+	wanted "$name" || return 0
 	fm_log "suite $name: $*"
 	"$@" 2>&1 | tee "$FM_TMP/$name.log" || rc=$?
 	if ((rc == 0)); then

@@ -17,15 +17,15 @@
 --                      drop_override, limit_config, status(tenant),
 --                      usage_series, unassign_tenant, override_feature,
 --                      drop_feature_override, has_feature, feature_config
---   split by shard     track_batch (SPLIT on its arrays)
+--   split by shard     track_batch (SPLIT on its arrays); track_events and
+--                      consume_batch (one call per partition, the answers
+--                      put back in argument order)
 --   run on all shards  and merged here: the view status, top_tenants,
 --                      usage_series_all
 --   every shard or none, by two-phase commit (on_every_shard):
---                      define_meter, define_plan, set_limit
---   not yet proxied    track_events and consume_batch (arrays of tenants:
---                      they need a SPLIT like track_batch, and consume_batch's
---                      ordering across shards), define_feature, set_feature,
---                      drop_plan, drop_meter, configure (every shard or none),
+--                      define_meter, define_plan, set_limit, define_feature,
+--                      set_feature
+--   not yet proxied    drop_plan, drop_meter, configure (every shard or none),
 --                      the untyped overloads consume(text, text, text, text)
 --                      and track(text, text, bigint, text, text), the views
 --                      tenant_features and entitlements, grant_access
@@ -290,6 +290,159 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION flagmeter.track_batch(text[], text[], bigint[], timestamptz[], text[]) IS
 'flagmeter.track_batch split by shard, the parts run in parallel; how many events were counted; all or nothing per shard, not across shards';
+
+-- The client's batched calls: one call per partition -----------------------------
+-- track_events and consume_batch answer per element, in argument order,
+-- which SPLIT cannot give back (its rows come per shard, in no order).  So
+-- the proxy groups the elements by partition itself, calls each partition
+-- with its elements in their order, and puts the answers back in place.
+-- Each part commits on its shard when it returns: all or nothing per
+-- partition, not across them; a retry with the same idempotency keys counts
+-- what is missing.  Arguments one node refuses as a whole (NULL or uneven
+-- arrays, an item's rows not adjacent or on two partitions) go unsplit to
+-- partition 0, which refuses them as one node does.
+
+-- The partition PL/Proxy runs a tenant's calls on: the low bits of its hash.
+CREATE FUNCTION flagmeter.tenant_partition(tenant text, partitions integer)
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT pg_catalog.hashtext(COALESCE($1, ''::pg_catalog.text)) OPERATOR(pg_catalog.&) ($2 OPERATOR(pg_catalog.-) 1)
+$$;
+COMMENT ON FUNCTION flagmeter.tenant_partition(text, integer) IS
+'the partition (0 .. partitions - 1, a power of two) that PL/Proxy routes the tenant''s calls to';
+
+CREATE FUNCTION flagmeter.partition_count()
+RETURNS integer
+LANGUAGE sql STABLE
+AS $$
+SELECT pg_catalog.count(*)::integer
+FROM pg_catalog.pg_foreign_server s, pg_catalog.unnest(s.srvoptions) o
+WHERE s.srvname OPERATOR(pg_catalog.=) 'flagmeter' AND o OPERATOR(pg_catalog.~) '^partition_[0-9]+='
+$$;
+COMMENT ON FUNCTION flagmeter.partition_count() IS
+'how many partitions the PL/Proxy cluster "flagmeter" has';
+
+-- part is a partition number, which RUN ON takes as a hash: the low bits
+-- of 0 .. P-1 are the number itself.
+CREATE FUNCTION flagmeter.track_events_on(part integer, tenants text[], meters text[], amounts bigint[],
+	occurred_at timestamptz[], idempotency_keys text[])
+RETURNS boolean[]
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON part;
+	SELECT flagmeter.track_events($2, $3, $4, $5, $6);
+$$;
+COMMENT ON FUNCTION flagmeter.track_events_on(integer, text[], text[], bigint[], timestamptz[], text[]) IS
+'internal: flagmeter.track_events on one partition''s shard';
+
+CREATE FUNCTION flagmeter.track_events(tenants text[], meters text[], amounts bigint[],
+	occurred_at timestamptz[] DEFAULT NULL, idempotency_keys text[] DEFAULT NULL)
+RETURNS boolean[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n integer := cardinality(tenants);
+	p integer := flagmeter.partition_count();
+	answers boolean[];
+BEGIN
+	IF n IS NULL OR n = 0 OR meters IS NULL OR amounts IS NULL
+	   OR array_ndims(tenants) <> 1 OR array_ndims(meters) IS DISTINCT FROM 1
+	   OR array_ndims(amounts) IS DISTINCT FROM 1
+	   OR cardinality(meters) <> n OR cardinality(amounts) <> n
+	   OR cardinality(occurred_at) <> n OR cardinality(idempotency_keys) <> n
+	   OR array_ndims(occurred_at) <> 1 OR array_ndims(idempotency_keys) <> 1 THEN
+		RETURN flagmeter.track_events_on(0, tenants, meters, amounts, occurred_at, idempotency_keys);
+	END IF;
+	WITH element AS (
+		SELECT i, flagmeter.tenant_partition(tenants[i], p) AS part
+		FROM generate_series(1, n) i
+	), part AS (
+		SELECT e.part, array_agg(e.i ORDER BY e.i) AS idx
+		FROM element e GROUP BY e.part
+	)
+	SELECT array_agg(a.answer ORDER BY part.idx[a.k]) INTO answers
+	FROM part, LATERAL unnest(flagmeter.track_events_on(part.part,
+		ARRAY(SELECT tenants[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o),
+		ARRAY(SELECT meters[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o),
+		ARRAY(SELECT amounts[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o),
+		ARRAY(SELECT occurred_at[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o),
+		ARRAY(SELECT idempotency_keys[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o)))
+		WITH ORDINALITY a(answer, k);
+	RETURN answers;
+END $$;
+COMMENT ON FUNCTION flagmeter.track_events(text[], text[], bigint[], timestamptz[], text[]) IS
+'flagmeter.track_events by partition, the answers in argument order; all or nothing per partition, not across partitions';
+
+CREATE FUNCTION flagmeter.consume_batch_on(part integer, tenants text[], meters text[], amounts bigint[],
+	idempotency_keys text[], items integer[])
+RETURNS TABLE (item integer, granted boolean, used bigint, quota bigint, remaining bigint,
+	resets_at timestamptz, overage bigint, meter text, reason text)
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON part;
+	SELECT * FROM flagmeter.consume_batch($2, $3, $4, $5, $6);
+$$;
+COMMENT ON FUNCTION flagmeter.consume_batch_on(integer, text[], text[], bigint[], text[], integer[]) IS
+'internal: flagmeter.consume_batch on one partition''s shard';
+
+CREATE FUNCTION flagmeter.consume_batch(tenants text[], meters text[], amounts bigint[],
+	idempotency_keys text[] DEFAULT NULL, items integer[] DEFAULT NULL)
+RETURNS TABLE (item integer, granted boolean, used bigint, quota bigint, remaining bigint,
+	resets_at timestamptz, overage bigint, meter text, reason text)
+LANGUAGE plpgsql VOLATILE ROWS 16
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n integer := cardinality(tenants);
+	p integer := flagmeter.partition_count();
+	ids integer[];
+BEGIN
+	IF n IS NULL OR n = 0 OR meters IS NULL OR amounts IS NULL
+	   OR array_ndims(tenants) <> 1 OR array_ndims(meters) IS DISTINCT FROM 1
+	   OR array_ndims(amounts) IS DISTINCT FROM 1
+	   OR cardinality(meters) <> n OR cardinality(amounts) <> n
+	   OR cardinality(idempotency_keys) <> n OR cardinality(items) <> n
+	   OR array_ndims(idempotency_keys) <> 1 OR array_ndims(items) <> 1
+	   OR array_position(items, NULL) IS NOT NULL THEN
+		RETURN QUERY SELECT * FROM flagmeter.consume_batch_on(0, tenants, meters, amounts, idempotency_keys, items);
+		RETURN;
+	END IF;
+	-- NULL items: every row its own item, numbered from 1, as on one node
+	ids := COALESCE(items, ARRAY(SELECT generate_series(1, n)));
+	-- an item's rows must be adjacent and have one tenant: an item over two
+	-- partitions has two tenants, which one node refuses too
+	IF EXISTS (SELECT FROM generate_series(1, n) i
+	           GROUP BY ids[i]
+	           HAVING count(DISTINCT flagmeter.tenant_partition(tenants[i], p)) > 1
+	               OR max(i) - min(i) + 1 <> count(*)) THEN
+		RETURN QUERY SELECT * FROM flagmeter.consume_batch_on(0, tenants, meters, amounts, idempotency_keys, items);
+		RETURN;
+	END IF;
+	RETURN QUERY
+	WITH element AS (
+		SELECT i, flagmeter.tenant_partition(tenants[i], p) AS part
+		FROM generate_series(1, n) i
+	), part AS (
+		SELECT e.part, array_agg(e.i ORDER BY e.i) AS idx
+		FROM element e GROUP BY e.part
+	)
+	SELECT d.item, d.granted, d.used, d.quota, d.remaining, d.resets_at, d.overage, d.meter, d.reason
+	FROM part, LATERAL flagmeter.consume_batch_on(part.part,
+		ARRAY(SELECT tenants[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o),
+		ARRAY(SELECT meters[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o),
+		ARRAY(SELECT amounts[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o),
+		CASE WHEN idempotency_keys IS NOT NULL
+		     THEN ARRAY(SELECT idempotency_keys[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o) END,
+		ARRAY(SELECT ids[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o))
+		WITH ORDINALITY d
+	ORDER BY part.idx[d.ordinality];
+END $$;
+COMMENT ON FUNCTION flagmeter.consume_batch(text[], text[], bigint[], text[], integer[]) IS
+'flagmeter.consume_batch by partition, one decision per row in argument order; an item is all or nothing (its rows have one tenant, so one partition); all or nothing per partition, not across partitions';
 
 -- Dashboards across shards ------------------------------------------------------------
 
@@ -680,6 +833,32 @@ END $$;
 COMMENT ON FUNCTION flagmeter.define_plan(text) IS
 'flagmeter.define_plan on every shard or on none (two-phase commit)';
 
+CREATE FUNCTION flagmeter.define_feature(feature text, description text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM flagmeter.on_every_shard(
+		format('SELECT flagmeter.define_feature(%L::text, %L::text)', feature, description));
+END $$;
+COMMENT ON FUNCTION flagmeter.define_feature(text, text) IS
+'flagmeter.define_feature on every shard or on none (two-phase commit)';
+
+CREATE FUNCTION flagmeter.set_feature(plan text, feature text, enabled boolean DEFAULT true,
+	config jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM flagmeter.on_every_shard(
+		format('SELECT flagmeter.set_feature(%L::text, %L::text, %L::boolean, %L::jsonb)',
+		       plan, feature, enabled, config));
+END $$;
+COMMENT ON FUNCTION flagmeter.set_feature(text, text, boolean, jsonb) IS
+'flagmeter.set_feature on every shard or on none (two-phase commit)';
+
 -- store_limit under two-phase commit, announce_limit after it: every
 -- shard tells its own listeners, and unblocks its own tenants.
 CREATE FUNCTION flagmeter.set_limit(plan text, meter text, quota bigint,
@@ -715,6 +894,15 @@ REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integ
 REVOKE ALL ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_override(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.unassign_tenant(text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.define_feature(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.set_feature(text, text, boolean, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.override_feature(text, text, boolean, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.drop_feature_override(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.track_events(text[], text[], bigint[], timestamptz[], text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.track_events_on(integer, text[], text[], bigint[], timestamptz[], text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.consume_batch(text[], text[], bigint[], text[], integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.consume_batch_on(integer, text[], text[], bigint[], text[], integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.on_every_shard(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.resolve_prepared(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.shard_link(text, integer, text) FROM PUBLIC;

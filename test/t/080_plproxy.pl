@@ -154,6 +154,11 @@ my $catalog = q{
 	SELECT flagmeter.set_limit('free', 'tokens', 1000, 'lifetime', 'hard', '{50,100}');
 	SELECT flagmeter.set_limit('free', 'seats', 5, 'lifetime');
 	SELECT flagmeter.set_limit('flex', 'calls', 10, 'lifetime', 'soft');
+	SELECT flagmeter.define_feature('sso', 'single sign-on');
+	SELECT flagmeter.define_feature('seats_max');
+	SELECT flagmeter.set_feature('free', 'sso', false);
+	SELECT flagmeter.set_feature('flex', 'sso');
+	SELECT flagmeter.set_feature('flex', 'seats_max', true, '{"max": 10}');
 };
 db($proxy, $catalog);
 db($c, $catalog);
@@ -161,7 +166,10 @@ my $catalog_of = q{
 	SELECT string_agg(concat_ws('|', meter, aggregation, unit), ',' ORDER BY meter) FROM flagmeter.meters
 	UNION ALL SELECT string_agg(plan, ',' ORDER BY plan) FROM flagmeter.plans
 	UNION ALL SELECT string_agg(concat_ws('|', plan, meter, quota, period, mode, thresholds), ',' ORDER BY 1)
-	FROM flagmeter.limits};
+	FROM flagmeter.limits
+	UNION ALL SELECT string_agg(concat_ws('|', feature, description), ',' ORDER BY feature) FROM flagmeter.features
+	UNION ALL SELECT string_agg(concat_ws('|', plan, feature, enabled, config), ',' ORDER BY plan, feature)
+	FROM flagmeter.plan_features};
 is(db($a, $catalog_of), db($c, $catalog_of), 'shard A has the catalog one node has');
 is(db($b, $catalog_of), db($c, $catalog_of), 'shard B has the same catalog');
 for my $s ([ A => $a ], [ B => $b ])
@@ -183,6 +191,10 @@ is(db($a, q{SELECT count(*) FROM flagmeter.limits WHERE plan = 'only_a'}),
 	'0', 'and changed nothing on shard A');
 is(db($a, $prepared) . db($b, $prepared), '00', 'nothing is left prepared');
 db($a, q{DELETE FROM flagmeter.plans WHERE plan = 'only_a'});
+like(
+	db($proxy, q{SELECT try($$SELECT flagmeter.set_feature('free', 'nope')$$)}),
+	qr/^42704: shard 1 of 2: feature "nope" does not exist$/,
+	'a set_feature of an unknown feature fails on the first shard, and says so');
 
 # B down: the change fails at B's connection, A stays as it was.
 $b->stop;
@@ -281,6 +293,29 @@ my @calls = (
 	q{SELECT try($$SELECT flagmeter.track('t01', 'calls', 1, now(), 'c-1')$$),
 	         try($$SELECT flagmeter.consume('t01', 'calls', 1, 'k5')$$)},
 	q{SELECT * FROM flagmeter.limit_config('t07', 'calls')},
+	q{SELECT t, flagmeter.has_feature(t, 'sso'), flagmeter.feature_config(t, 'seats_max')
+	  FROM unnest(ARRAY['t01', 't02', 't03', 't04']) t ORDER BY t},
+	q{SELECT flagmeter.override_feature('t01', 'sso', true, '{"idp": "okta"}');
+	  SELECT flagmeter.has_feature('t01', 'sso'), flagmeter.feature_config('t01', 'sso')},
+	q{SELECT flagmeter.drop_feature_override('t01', 'sso'), flagmeter.drop_feature_override('t01', 'sso');
+	  SELECT flagmeter.has_feature('t01', 'sso')},
+	q{SELECT try($$SELECT flagmeter.has_feature('t01', 'nope')$$), try($$SELECT flagmeter.override_feature('t02', 'nope', true)$$)},
+	"SELECT flagmeter.track_events(ARRAY[$events, 't01', 't02'], array_fill('tokens'::text, ARRAY[42]),
+	        array_fill(1::bigint, ARRAY[42]), array_fill('2026-03-02 12:00+00'::timestamptz, ARRAY[42]),
+	        ARRAY(SELECT 'e-' || (g % 41) FROM generate_series(1, 42) g))",
+	"SELECT flagmeter.track_events(ARRAY[$events], array_fill('tokens'::text, ARRAY[40]),
+	        array_fill(1::bigint, ARRAY[40]), NULL, ARRAY(SELECT 'e-' || g FROM generate_series(1, 40) g))",
+	q{SELECT * FROM flagmeter.consume_batch(ARRAY['t13', 't14', 't13', 't15', 't16', 't16', 't14'],
+	        ARRAY['calls', 'calls', 'calls', 'calls', 'calls', 'tokens', 'calls'],
+	        ARRAY[6, 4, 6, 3, 2, 5000, 7]::bigint[], ARRAY[NULL, 'cb-14', NULL, NULL, 'cb-16', 'cb-16', 'cb-14b'],
+	        ARRAY[1, 2, 3, 4, 5, 5, 6])},
+	q{SELECT * FROM flagmeter.consume_batch(ARRAY['t17', 't18', 't17', 't19'], ARRAY['calls', 'calls', 'calls', 'calls'],
+	        ARRAY[9, 11, 2, 1]::bigint[])},
+	q{SELECT try($$SELECT * FROM flagmeter.consume_batch(ARRAY['t13', 't14'], ARRAY['calls', 'calls'], ARRAY[1, 1]::bigint[], NULL, ARRAY[1, 1])$$),
+	         try($$SELECT * FROM flagmeter.consume_batch(ARRAY['t13', 't14', 't13'], ARRAY['calls', 'calls', 'calls'], ARRAY[1, 1, 1]::bigint[], NULL, ARRAY[1, 2, 1])$$),
+	         try($$SELECT * FROM flagmeter.consume_batch(ARRAY['t13'], ARRAY['calls', 'calls'], ARRAY[1]::bigint[])$$),
+	         try($$SELECT flagmeter.track_events(ARRAY['t01', 't02'], ARRAY['calls'], ARRAY[1, 1]::bigint[])$$)},
+	q{SELECT t, flagmeter.used(flagmeter.usage(t, 'calls')) FROM unnest(ARRAY['t13', 't14', 't15', 't16', 't17', 't18', 't19']) t ORDER BY t},
 	q{SELECT tenant, meter, used, quota, remaining, ratio, state, mode, period, plan FROM flagmeter.status ORDER BY 1, 2},
 	q{SELECT tenant, meter, used, state FROM flagmeter.status('t03')},
 	q{SELECT tenant, used FROM flagmeter.top_tenants('tokens', 5)},
@@ -483,7 +518,7 @@ is(db($a, $used_a) . ' ' . db($b, $used_b), ($before_a + 10) . ' ' . ($before_b 
 # Moving partition 2 from A to C
 # ---------------------------------------------------------------------------
 my @moving = grep { db($a, "SELECT flagmeter.partition_of('$_', $P)") == 2 } @tenants;
-my ($mt) = grep { /[13579]$/ && !/^t0/ } @moving;    # on plan free, not used above
+my ($mt) = grep { /[13579]$/ && !/^t[01]/ } @moving;    # on plan free, not used above
 note 'partition 2: ' . join(' ', @moving);
 cmp_ok(scalar @moving, '>', 1, 'partition 2 has tenants');
 
