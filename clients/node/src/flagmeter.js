@@ -4,8 +4,9 @@
 //   - the request path: a pg Pool (the app's, or one it creates), used by
 //     two Batchers, one for track and one for consume (src/batcher.js), and
 //     by check and transaction();
-//   - the event stream: a connection of its own for LISTEN, its catch-up
-//     and the QuotaCache it keeps (src/event_stream.js, src/cache.js).
+//   - the event streams, one per shard (one without sharding): each a
+//     connection of its own for LISTEN, its catch-up and the QuotaCache it
+//     keeps (src/event_stream.js, src/cache.js).
 
 const { EventEmitter } = require('node:events')
 const pg = require('pg')
@@ -53,16 +54,29 @@ function poolConfig (options) {
   return null
 }
 
-function listenConfig (options) {
-  if (options.listen === false) return null
-  if (typeof options.listen === 'string') return { connectionString: options.listen }
-  if (options.listen) return options.listen
-  if (options.connectionString) return { connectionString: options.connectionString }
+/** pg Client options for one LISTEN connection, from a string or options. */
+function clientConfig (listen) {
+  return typeof listen === 'string' ? { connectionString: listen } : listen
+}
+
+/**
+ * The LISTEN connections: one per shard (README "Scale-out": each shard has
+ * its own outbox and versions, and a proxy does not forward notifications),
+ * by default one to the database of the request path.
+ */
+function listenConfigs (options) {
+  if (options.listen === false) return []
+  if (Array.isArray(options.listen)) {
+    if (options.listen.length === 0) throw new TypeError('listen: an empty list of shards (false: no LISTEN)')
+    return options.listen.map(clientConfig)
+  }
+  if (options.listen) return [clientConfig(options.listen)]
+  if (options.connectionString) return [{ connectionString: options.connectionString }]
   if (options.connection) {
     const { max, idleTimeoutMillis, connectionTimeoutMillis, ...rest } = options.connection
-    return rest
+    return [rest]
   }
-  return null
+  return []
 }
 
 class FlagMeter extends EventEmitter {
@@ -78,15 +92,22 @@ class FlagMeter extends EventEmitter {
     const batching = { maxInFlight: options.maxInFlight ?? 2, maxGroup: options.maxGroup ?? 500 }
     this._tracks = new Batcher({ ...batching, run: (group) => this._withClient((db) => calls.runTrackGroup(db, group)) })
     this._consumes = new Batcher({ ...batching, run: (group) => this._withClient((db) => calls.runConsumeGroup(db, group)) })
-    this.cache = new QuotaCache()
-    const listen = listenConfig(options)
-    this._stream = listen === null ? null : new EventStream({
+    // One stream and one cache per shard: a shard's versions order only its
+    // own events, and its tenants are on no other shard.
+    const listens = listenConfigs(options)
+    this._caches = listens.length > 0 ? listens.map(() => new QuotaCache()) : [new QuotaCache()]
+    this.cache = this._caches[0]
+    this._streams = listens.map((listen, shard) => new EventStream({
       connect: () => new pg.Client(listen),
-      cache: this.cache,
-      emit: (kind, event) => this.emit(kind, event),
-      onError: (err) => { if (this.listenerCount('error') > 0) this.emit('error', err) },
+      cache: this._caches[shard],
+      emit: (kind, event) => this.emit(kind, Object.assign(event, { shard })),
+      onError: (err) => {
+        if (this.listenerCount('error') === 0) return
+        if (listens.length > 1) err.shard = shard
+        this.emit('error', err)
+      },
       reconnect: options.reconnect
-    })
+    }))
   }
 
   async _withClient (fn) {
@@ -109,8 +130,8 @@ class FlagMeter extends EventEmitter {
 
   /** Resolves once the cache holds its first snapshot (rejects if closed first). */
   ready () {
-    if (!this._stream) return Promise.reject(new TypeError('flagmeter was created with listen: false'))
-    return this._stream.ready()
+    if (this._streams.length === 0) return Promise.reject(new TypeError('flagmeter was created with listen: false'))
+    return Promise.all(this._streams.map((s) => s.ready())).then(() => {})
   }
 
   /** Queue the call made by makeCall (which checks its arguments) on a batcher. */
@@ -141,22 +162,36 @@ class FlagMeter extends EventEmitter {
 
   /** Whether the tenant is blocked at a hard limit of the meter, from the cache. */
   isBlocked (tenant, meter) {
-    return this.cache.isBlocked(tenant, meter)
+    return this._caches.some((c) => c.isBlocked(tenant, meter))
   }
 
   /** The limit in force for the tenant and meter, from the cache (undefined: none). */
   limit (tenant, meter) {
-    return this.cache.limit(tenant, meter)
+    for (const c of this._caches) {
+      const l = c.limit(tenant, meter)
+      if (l !== undefined) return l
+    }
+    return undefined
   }
 
-  /** The version of the last quota event applied (null before the first snapshot). */
+  /** The version of the last quota event applied (null before the first snapshot; of the first shard when several). */
   get version () {
     return this.cache.version
   }
 
-  /** The backend pid of the LISTEN session, null while it is not connected. */
+  /** Per shard, in the order of the listen list: the version of its last quota event applied. */
+  get versions () {
+    return this._caches.map((c) => c.version)
+  }
+
+  /** The backend pid of the (first shard's) LISTEN session, null while it is not connected. */
   get listenerPid () {
-    return this._stream ? this._stream.pid : null
+    return this._streams.length > 0 ? this._streams[0].pid : null
+  }
+
+  /** Per shard: the backend pid of its LISTEN session, null while it is not connected. */
+  get listenerPids () {
+    return this._streams.map((s) => s.pid)
   }
 
   /**
@@ -185,7 +220,7 @@ class FlagMeter extends EventEmitter {
     return {
       track: { calls: this._tracks.calls, groups: this._tracks.groups },
       consume: { calls: this._consumes.calls, groups: this._consumes.groups },
-      reconnects: this._stream ? this._stream.reconnects : 0
+      reconnects: this._streams.reduce((n, s) => n + s.reconnects, 0)
     }
   }
 
@@ -197,7 +232,7 @@ class FlagMeter extends EventEmitter {
     if (!this._closing) {
       this._closing = (async () => {
         await Promise.all([this._tracks.drain(), this._consumes.drain()])
-        if (this._stream) await this._stream.close()
+        await Promise.all(this._streams.map((s) => s.close()))
         if (this._ownsPool) await this.pool.end()
       })()
     }

@@ -25,6 +25,12 @@ export interface FlagMeterOptions {
    * events and a cache when `pool` is given. `false`: no events, no cache.
    */
   listen?: string | ClientConfig | false
+    /**
+     * Sharded (README "Scale-out"): one connection per shard, directly to each
+     * shard's primary. Each shard's events arrive in its own version order and
+     * carry `shard`, the index in this list.
+     */
+    | Array<string | ClientConfig>
   /** Groups of calls running at once, per kind (track, consume), each on one pool connection. Default 2. */
   maxInFlight?: number
   /** Most calls in one group (one server call, one transaction). Default 500. */
@@ -95,6 +101,8 @@ interface QuotaEventBase {
   version: Int
   /** 'notification': from the NOTIFY payload; 'outbox': replayed by changes_since. */
   source: 'notification' | 'outbox'
+  /** Index of the shard in the `listen` list (0 when there is one). Versions are per shard. */
+  shard: number
 }
 
 export interface ThresholdEvent extends QuotaEventBase {
@@ -157,6 +165,8 @@ export interface InvalidateEvent {
   all?: boolean
   /** 'reconnect': invalidations sent while the instance was away are lost */
   reason?: 'reconnect'
+  /** Index of the shard in the `listen` list whose database sent it (0 when there is one). */
+  shard: number
 }
 
 export interface FlagMeterEvents {
@@ -189,10 +199,14 @@ export declare class FlagMeter extends EventEmitter {
   constructor (options: FlagMeterOptions)
   /** The request path's pool. */
   readonly pool: Pool
-  /** Version of the last quota event applied; null before the first snapshot. */
+  /** Version of the last quota event applied; null before the first snapshot. Of the first shard when several. */
   readonly version: Int | null
-  /** Backend pid of the LISTEN session; null while disconnected. */
+  /** Per shard, in `listen` order: the version of its last quota event applied (null before its first snapshot). */
+  readonly versions: Array<Int | null>
+  /** Backend pid of the (first shard's) LISTEN session; null while disconnected. */
   readonly listenerPid: number | null
+  /** Per shard: backend pid of its LISTEN session; null while disconnected. */
+  readonly listenerPids: Array<number | null>
   /** Resolves once the cache holds its first snapshot; rejects if closed first. */
   ready (): Promise<void>
   /** Records usage; resolves once the event is durably committed. Grouped with concurrent calls. */
