@@ -323,6 +323,29 @@ $$;
 COMMENT ON FUNCTION flagmeter.partition_count() IS
 'how many partitions the PL/Proxy cluster "flagmeter" has';
 
+-- The elements of the tenants' array by partition: their subscripts, in order.
+CREATE FUNCTION flagmeter.elements_by_partition(tenants text[], OUT part integer, OUT idx integer[])
+RETURNS SETOF record
+LANGUAGE sql STABLE
+AS $$
+SELECT flagmeter.tenant_partition($1[i], flagmeter.partition_count()) AS part,
+       pg_catalog.array_agg(i ORDER BY i)
+FROM pg_catalog.generate_subscripts($1, 1) i
+GROUP BY 1
+$$;
+COMMENT ON FUNCTION flagmeter.elements_by_partition(text[]) IS
+'internal: per partition, the subscripts of the tenants routed to it, in order';
+
+-- The elements of an array at the given subscripts, in their order.
+CREATE FUNCTION flagmeter.pick(elements anyarray, idx integer[])
+RETURNS anyarray
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$
+SELECT pg_catalog.array_agg($1[x.i] ORDER BY x.o) FROM pg_catalog.unnest($2) WITH ORDINALITY x(i, o)
+$$;
+COMMENT ON FUNCTION flagmeter.pick(anyarray, integer[]) IS
+'internal: elements[idx[1]], elements[idx[2]], ... as an array (NULL for a NULL array)';
+
 -- part is a partition number, which RUN ON takes as a hash: the low bits
 -- of 0 .. P-1 are the number itself.
 CREATE FUNCTION flagmeter.track_events_on(part integer, tenants text[], meters text[], amounts bigint[],
@@ -345,7 +368,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	n integer := cardinality(tenants);
-	p integer := flagmeter.partition_count();
 	answers boolean[];
 BEGIN
 	IF n IS NULL OR n = 0 OR meters IS NULL OR amounts IS NULL
@@ -356,21 +378,12 @@ BEGIN
 	   OR array_ndims(occurred_at) <> 1 OR array_ndims(idempotency_keys) <> 1 THEN
 		RETURN flagmeter.track_events_on(0, tenants, meters, amounts, occurred_at, idempotency_keys);
 	END IF;
-	WITH element AS (
-		SELECT i, flagmeter.tenant_partition(tenants[i], p) AS part
-		FROM generate_series(1, n) i
-	), part AS (
-		SELECT e.part, array_agg(e.i ORDER BY e.i) AS idx
-		FROM element e GROUP BY e.part
-	)
-	SELECT array_agg(a.answer ORDER BY part.idx[a.k]) INTO answers
-	FROM part, LATERAL unnest(flagmeter.track_events_on(part.part,
-		ARRAY(SELECT tenants[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o),
-		ARRAY(SELECT meters[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o),
-		ARRAY(SELECT amounts[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o),
-		ARRAY(SELECT occurred_at[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o),
-		ARRAY(SELECT idempotency_keys[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o)))
-		WITH ORDINALITY a(answer, k);
+	SELECT array_agg(a.answer ORDER BY e.idx[a.k]) INTO answers
+	FROM flagmeter.elements_by_partition(tenants) e,
+	     LATERAL unnest(flagmeter.track_events_on(e.part, flagmeter.pick(tenants, e.idx),
+	         flagmeter.pick(meters, e.idx), flagmeter.pick(amounts, e.idx),
+	         flagmeter.pick(occurred_at, e.idx), flagmeter.pick(idempotency_keys, e.idx)))
+	         WITH ORDINALITY a(answer, k);
 	RETURN answers;
 END $$;
 COMMENT ON FUNCTION flagmeter.track_events(text[], text[], bigint[], timestamptz[], text[]) IS
@@ -423,23 +436,13 @@ BEGIN
 		RETURN;
 	END IF;
 	RETURN QUERY
-	WITH element AS (
-		SELECT i, flagmeter.tenant_partition(tenants[i], p) AS part
-		FROM generate_series(1, n) i
-	), part AS (
-		SELECT e.part, array_agg(e.i ORDER BY e.i) AS idx
-		FROM element e GROUP BY e.part
-	)
 	SELECT d.item, d.granted, d.used, d.quota, d.remaining, d.resets_at, d.overage, d.meter, d.reason
-	FROM part, LATERAL flagmeter.consume_batch_on(part.part,
-		ARRAY(SELECT tenants[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o),
-		ARRAY(SELECT meters[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o),
-		ARRAY(SELECT amounts[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o),
-		CASE WHEN idempotency_keys IS NOT NULL
-		     THEN ARRAY(SELECT idempotency_keys[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o) END,
-		ARRAY(SELECT ids[i] FROM unnest(part.idx) WITH ORDINALITY x(i, o) ORDER BY o))
-		WITH ORDINALITY d
-	ORDER BY part.idx[d.ordinality];
+	FROM flagmeter.elements_by_partition(tenants) e,
+	     LATERAL flagmeter.consume_batch_on(e.part, flagmeter.pick(tenants, e.idx),
+	         flagmeter.pick(meters, e.idx), flagmeter.pick(amounts, e.idx),
+	         flagmeter.pick(idempotency_keys, e.idx), flagmeter.pick(ids, e.idx))
+	         WITH ORDINALITY d
+	ORDER BY e.idx[d.ordinality];
 END $$;
 COMMENT ON FUNCTION flagmeter.consume_batch(text[], text[], bigint[], text[], integer[]) IS
 'flagmeter.consume_batch by partition, one decision per row in argument order; an item is all or nothing (its rows have one tenant, so one partition); all or nothing per partition, not across partitions';
