@@ -86,7 +86,7 @@ WHERE a.counter <> (SELECT merge_agg(s.counter)
                          usage_series(t, m, '2026-03-01', '2026-03-04', 'hour') s
                     WHERE s.bucket_start = a.bucket_start);
 SELECT pg_temp.try($$SELECT * FROM flagmeter.usage_series_all('nope', '2026-03-01', '2026-03-04')$$) AS unknown_meter,
-       pg_temp.try($$SELECT * FROM flagmeter.usage_series_all('calls', '2026-03-01', '2026-03-04', 'week')$$) AS bad_bucket;
+       pg_temp.try($$SELECT * FROM flagmeter.usage_series_all('calls', '2026-03-01', '2026-03-04', 'fortnight')$$) AS bad_bucket;
 
 -- The fence of partition 2 of 4 -----------------------------------------------------
 SELECT track('acme', 'calls', 1, now(), 'acme-key'), track('tyrell', 'calls', 1),
