@@ -7,6 +7,12 @@
 -- its plan's row for the feature; a feature its plan does not mention (and a
 -- tenant with no plan) is not granted.  enabled = false in a plan's row is an
 -- explicit denial, which an override can still lift.
+--
+-- Changes are announced as feature_changed (70_notify.sql): set_feature
+-- announces the plan's row, override_feature and drop_feature_override the
+-- tenant's override, each only when the row changed; assign_plan and
+-- unassign_tenant announce plan_changed, which moves the tenant onto the
+-- rows of its new plan.
 -- ---------------------------------------------------------------------------
 
 CREATE TABLE flagmeter.features (
@@ -100,10 +106,15 @@ BEGIN
 	IF enabled IS NULL THEN
 		RAISE EXCEPTION 'enabled must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	-- a row written again as it was is not news: nothing is updated or announced
 	INSERT INTO flagmeter.plan_features AS pf (plan, feature, enabled, config)
 	VALUES (set_feature.plan, set_feature.feature, set_feature.enabled, set_feature.config)
 	ON CONFLICT ON CONSTRAINT plan_features_pkey DO UPDATE
-		SET enabled = EXCLUDED.enabled, config = EXCLUDED.config, updated_at = now();
+		SET enabled = EXCLUDED.enabled, config = EXCLUDED.config, updated_at = now()
+		WHERE (pf.enabled, pf.config) IS DISTINCT FROM (EXCLUDED.enabled, EXCLUDED.config);
+	IF FOUND THEN
+		PERFORM flagmeter.announce_feature(NULL, plan, feature, enabled, config);
+	END IF;
 END $$;
 COMMENT ON FUNCTION flagmeter.set_feature(text, text, boolean, jsonb) IS
 'a plan grants a feature (enabled) or denies it, with an optional configuration value; replaces the plan''s earlier row';
@@ -128,7 +139,11 @@ BEGIN
 	VALUES (override_feature.tenant, override_feature.feature, override_feature.enabled,
 	        override_feature.config)
 	ON CONFLICT ON CONSTRAINT feature_overrides_pkey DO UPDATE
-		SET enabled = EXCLUDED.enabled, config = EXCLUDED.config, updated_at = now();
+		SET enabled = EXCLUDED.enabled, config = EXCLUDED.config, updated_at = now()
+		WHERE (o.enabled, o.config) IS DISTINCT FROM (EXCLUDED.enabled, EXCLUDED.config);
+	IF FOUND THEN
+		PERFORM flagmeter.announce_feature(tenant, NULL, feature, enabled, config);
+	END IF;
 END $$;
 COMMENT ON FUNCTION flagmeter.override_feature(text, text, boolean, jsonb) IS
 'grants (enabled) or denies a feature to one tenant, winning over its plan''s row; replaces the tenant''s earlier override';
@@ -143,7 +158,11 @@ BEGIN
 	PERFORM flagmeter.check_feature_exists(feature);
 	DELETE FROM flagmeter.feature_overrides o
 	WHERE o.tenant = drop_feature_override.tenant AND o.feature = drop_feature_override.feature;
-	RETURN FOUND;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	PERFORM flagmeter.announce_feature(tenant, NULL, feature, NULL);
+	RETURN true;
 END $$;
 COMMENT ON FUNCTION flagmeter.drop_feature_override(text, text) IS
 'removes a tenant''s override of a feature so that its plan decides again; false when there was none';
