@@ -5,13 +5,17 @@
 //     two Batchers, one for track and one for consume (src/batcher.js), and
 //     by check and transaction();
 //   - the event stream: a connection of its own for LISTEN, its catch-up
-//     and the QuotaCache it keeps (src/event_stream.js, src/cache.js).
+//     and the QuotaCache it keeps (src/event_stream.js, src/cache.js), and
+//     the FeatureCache, loaded per tenant on the stream's connection and
+//     kept by its events (src/features.js).
 
 const { EventEmitter } = require('node:events')
 const pg = require('pg')
 
 const { Batcher } = require('./batcher')
 const { QuotaCache } = require('./cache')
+const { FeatureCache } = require('./features')
+const { tenantFeatures, featureAnswer } = require('./sql/features')
 const { EventStream } = require('./event_stream')
 const { FlagMeterClosedError } = require('./errors')
 const calls = require('./calls')
@@ -20,7 +24,8 @@ const { track } = require('./sql/track')
 const { consume } = require('./sql/consume')
 const { consumeMeters } = require('./sql/consumeMeters')
 
-const EVENT_KINDS = ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed', 'invalidate']
+const EVENT_KINDS = ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed', 'feature_changed',
+  'invalidate']
 
 /** Calls that run in one transaction the caller holds: unbatched. */
 class Transaction {
@@ -79,10 +84,13 @@ class FlagMeter extends EventEmitter {
     this._tracks = new Batcher({ ...batching, run: (group) => this._withClient((db) => calls.runTrackGroup(db, group)) })
     this._consumes = new Batcher({ ...batching, run: (group) => this._withClient((db) => calls.runConsumeGroup(db, group)) })
     this.cache = new QuotaCache()
+    this.features = new FeatureCache({ maxTenants: options.featureCacheSize ?? 10000 })
+    this._featureLoads = new Map() // tenant -> the load in flight
     const listen = listenConfig(options)
     this._stream = listen === null ? null : new EventStream({
       connect: () => new pg.Client(listen),
       cache: this.cache,
+      features: this.features,
       emit: (kind, event) => this.emit(kind, event),
       onError: (err) => { if (this.listenerCount('error') > 0) this.emit('error', err) },
       reconnect: options.reconnect
@@ -147,6 +155,60 @@ class FlagMeter extends EventEmitter {
   /** The limit in force for the tenant and meter, from the cache (undefined: none). */
   limit (tenant, meter) {
     return this.cache.limit(tenant, meter)
+  }
+
+  /**
+   * { enabled, config } of the tenant's feature: from the feature cache,
+   * which loads the tenant on first use and follows feature_changed and
+   * plan_changed after; from the database (has_feature, feature_config)
+   * while the event stream is not connected, or without one (listen:
+   * false), and once for a feature the cache does not know.  An unknown
+   * feature rejects as the SQL calls do (42704).
+   */
+  async _feature (tenant, feature) {
+    calls.checkName(tenant, 'tenant')
+    calls.checkName(feature, 'feature')
+    this._open()
+    const f = this.features
+    let answer = f.answer(tenant, feature)
+    if (answer !== undefined) return answer
+    if (this._stream && this._stream.synced && !f.hasTenant(tenant)) {
+      try {
+        await this._loadFeatures(tenant)
+      } catch (err) {
+        // the stream lost its connection (it reconnects), or the listener
+        // role cannot read the feature tables: the database answers
+        if (this._stream.synced && this.listenerCount('error') > 0) this.emit('error', err)
+      }
+      answer = f.answer(tenant, feature)
+      if (answer !== undefined) return answer
+    }
+    answer = await this._withClient((db) => featureAnswer(db, tenant, feature))
+    f.know(feature) // it exists: the database did not raise
+    return answer
+  }
+
+  /** One load per tenant at a time, between two events of the stream. */
+  _loadFeatures (tenant) {
+    let load = this._featureLoads.get(tenant)
+    if (load === undefined) {
+      const f = this.features
+      load = this._stream.run(async (db) => {
+        if (!f.hasTenant(tenant)) f.loadTenant(tenant, await tenantFeatures(db, tenant, (plan) => f.hasPlan(plan)))
+      }).finally(() => this._featureLoads.delete(tenant))
+      this._featureLoads.set(tenant, load)
+    }
+    return load
+  }
+
+  /** Whether the tenant may use the feature (flagmeter.has_feature), from the feature cache. */
+  async hasFeature (tenant, feature) {
+    return (await this._feature(tenant, feature)).enabled
+  }
+
+  /** The feature's configuration value for the tenant (flagmeter.feature_config), from the feature cache. */
+  async featureConfig (tenant, feature) {
+    return (await this._feature(tenant, feature)).config
   }
 
   /** The version of the last quota event applied (null before the first snapshot). */
