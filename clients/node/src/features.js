@@ -52,7 +52,11 @@ class FeatureCache {
     const t = this._tenants.get(tenant)
     if (t === undefined || !this._names.has(feature)) return undefined
     const p = t.plan === null ? undefined : this._plans.get(t.plan)
-    if (t.plan !== null && p === undefined) return undefined
+    if (t.plan !== null && p === undefined) {
+      // its new plan's rows could not be read (plan_changed): load it again
+      this._tenants.delete(tenant)
+      return undefined
+    }
     const row = t.overrides.get(feature) ?? p?.rows.get(feature)
     if (row === undefined || !row.enabled) return { enabled: false, config: null }
     return { enabled: true, config: row.config }

@@ -178,3 +178,26 @@ test('unknown features reject as in SQL; without an event stream the database an
     assert.equal(cached(fm, 'p4', 'max_projects'), undefined)
   }, { listen: false })
 })
+
+test('FeatureCache: events at or below a load are passed over; the oldest tenants go past the size', () => {
+  const { FeatureCache } = require('../src/features')
+  const f = new FeatureCache({ maxTenants: 2 })
+  const names = ['sso', 'exports']
+  f.loadTenant('a', { version: 10, plan: 'pro', overrides: [], planRows: [{ feature: 'sso', enabled: true, config: null }], names })
+  f.applyFeature({ version: 9, plan: 'pro', feature: 'sso', enabled: false, config: null }) // in the load already
+  assert.deepEqual(f.answer('a', 'sso'), { enabled: true, config: null })
+  f.applyFeature({ version: 11, plan: 'pro', feature: 'exports', enabled: true, config: { n: 1 } })
+  f.applyFeature({ version: 12, tenant: 'a', feature: 'sso', enabled: false, config: null })
+  assert.deepEqual(f.answer('a', 'exports'), { enabled: true, config: { n: 1 } })
+  assert.deepEqual(f.answer('a', 'sso'), { enabled: false, config: null })
+  f.applyFeature({ version: 13, tenant: 'a', feature: 'sso', enabled: null, config: null }) // dropped
+  assert.deepEqual(f.answer('a', 'sso'), { enabled: true, config: null })
+  assert.equal(f.answer('a', 'unheard_of'), undefined)
+  assert.equal(f.applyPlan('a', 'team', 14), 'team') // to be read
+  f.loadPlan('team', [], 14)
+  assert.deepEqual(f.answer('a', 'exports'), { enabled: false, config: null })
+  f.loadTenant('b', { version: 15, plan: null, overrides: [], names })
+  f.loadTenant('c', { version: 16, plan: null, overrides: [], names })
+  assert.equal(f.hasTenant('a'), false)
+  assert.deepEqual(f.answer('c', 'sso'), { enabled: false, config: null })
+})
