@@ -505,7 +505,7 @@ for my $shard ($a, $b)
 }
 db($proxy, qq{SELECT flagmeter.override_feature('$mt', 'sso', false, '{"why": "moved"}')});
 my $features = qq{SELECT flagmeter.has_feature('$moving[0]', 'sso') || ' ' || flagmeter.has_feature('$mt', 'sso')};
-is(db($proxy, $features), 't f', "partition 2's features before the move");
+is(db($proxy, $features), 'true false', "partition 2's features before the move");
 my $state = q{SELECT tenant, meter, used, quota, state FROM flagmeter.status WHERE tenant IN (%s) ORDER BY 1, 2};
 my $moving_list = join ', ', map { "'$_'" } @moving;
 my $series_before = db($proxy, q{SELECT * FROM flagmeter.usage_series_all('tokens', '2026-03-01', '2026-03-02')});
@@ -561,7 +561,7 @@ is( db($proxy, qq{SELECT flagmeter.used(u) || ' ' || flagmeter.latest(u) FROM fl
 	"$acked_sum $acked[-1]",
 	'the tenant\'s usage is the acknowledged events: their sum, the latest one last');
 is(db($proxy, sprintf $state, $moving_list), $status_before, 'the moved tenants\' status is what it was');
-is(db($proxy, $features), 't f', 'their features too: the plan rows and the override came along');
+is(db($proxy, $features), 'true false', 'their features too: the plan rows and the override came along');
 is(db($c, qq{SELECT config ->> 'why' FROM flagmeter.feature_overrides WHERE tenant = '$mt'}), 'moved',
 	'the override is on C');
 is( db($proxy, qq{SELECT flagmeter.track('$mt', 'calls', 1, now(), 'before-move')}) . ' '
