@@ -120,7 +120,8 @@ static List *announced_now = NIL;	/* keys to remember once committed */
 static HTAB *announced_cache = NULL;
 
 static const char *const kind_names[] = {
-	"threshold", "blocked", "unblocked", "limit_changed", "plan_changed"
+	"threshold", "blocked", "unblocked", "limit_changed", "plan_changed",
+	"feature_changed"
 };
 
 /* ---------------------------------------------------------------------
@@ -172,6 +173,19 @@ static FmStatement insert_event_stmt = {
 	" RETURNING version",
 	12, {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, INT8OID, INT8OID, BOOLOID,
 	TIMESTAMPTZOID, TEXTOID, TEXTOID, INT4ARRAYOID}
+};
+
+/*
+ * feature_changed carries its own columns; the configuration value arrives
+ * as JSON text (announce_feature took it as jsonb) and is stored as jsonb.
+ */
+static FmStatement insert_feature_stmt = {
+	"INSERT INTO flagmeter.outbox"
+	" (version, kind, tenant, plan, feature, enabled, config, notified)"
+	" VALUES (pg_catalog.nextval('flagmeter.outbox_version'), 'feature_changed',"
+	"         $1, $2, $3, $4, $5::pg_catalog.jsonb, $6)"
+	" RETURNING version",
+	6, {TEXTOID, TEXTOID, TEXTOID, BOOLOID, TEXTOID, BOOLOID}
 };
 
 static FmStatement block_stmt = {
@@ -259,6 +273,8 @@ queue_event(const FmQuotaEvent *event, const AnnouncedKey *key)
 	p->event.plan = txn_strdup(event->plan);
 	p->event.period = txn_strdup(event->period);
 	p->event.mode = txn_strdup(event->mode);
+	p->event.feature = txn_strdup(event->feature);
+	p->event.config = txn_strdup(event->config);
 	p->level = GetCurrentTransactionNestLevel();
 	if (key)
 	{
@@ -509,6 +525,23 @@ append_event_json(StringInfo buf, const FmQuotaEvent *e, int64 version,
 		appendStringInfo(buf, ",\"prev_version\":" INT64_FORMAT, prev_version);
 	append_text_field(buf, "tenant", e->tenant);
 	append_text_field(buf, "meter", e->meter);
+	if (e->kind == FM_EVENT_FEATURE_CHANGED)
+	{
+		/*
+		 * Whole, it is the row a client caches: the plan's (no tenant) or the
+		 * tenant's override (enabled null: dropped), enabled and config
+		 * always present.  Brief, it lacks them, so a client reads the outbox
+		 * row instead (a large config).
+		 */
+		append_text_field(buf, "plan", e->plan);
+		append_text_field(buf, "feature", e->feature);
+		if (!brief)
+			appendStringInfo(buf, ",\"enabled\":%s,\"config\":%s",
+							 !e->has_enabled ? "null" : e->enabled ? "true" : "false",
+							 e->config ? e->config : "null");
+		appendStringInfoChar(buf, '}');
+		return;
+	}
 	if (brief)
 	{
 		appendStringInfoChar(buf, '}');
@@ -591,6 +624,20 @@ record_event(const FmQuotaEvent *e, bool notified)
 		if (SPI_processed > 0)
 			return 0;			/* announced before, by someone */
 		fm_execute_latest(&insert_threshold_stmt, args, NULL, 0);
+		return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										   SPI_tuptable->tupdesc, 1, &isnull));
+	}
+
+	if (e->kind == FM_EVENT_FEATURE_CHANGED)
+	{
+		optional_text_arg(args, nulls, 0, e->tenant);
+		optional_text_arg(args, nulls, 1, e->plan);
+		args[2] = CStringGetTextDatum(e->feature);
+		args[3] = BoolGetDatum(e->enabled);
+		nulls[3] = e->has_enabled ? ' ' : 'n';
+		optional_text_arg(args, nulls, 4, e->config);
+		args[5] = BoolGetDatum(notified);
+		fm_execute_latest(&insert_feature_stmt, args, nulls, 0);
 		return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										   SPI_tuptable->tupdesc, 1, &isnull));
 	}
@@ -1035,7 +1082,8 @@ fm_announce(PG_FUNCTION_ARGS)
 	for (i = 0; i < (int) lengthof(kind_names); i++)
 		if (strcmp(kind, kind_names[i]) == 0)
 			break;
-	if (i == (int) lengthof(kind_names) || i == FM_EVENT_THRESHOLD)
+	if (i == (int) lengthof(kind_names) || i == FM_EVENT_THRESHOLD ||
+		i == FM_EVENT_FEATURE_CHANGED)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid event kind \"%s\"", kind),
@@ -1083,6 +1131,48 @@ fm_announce(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("limit_changed needs a meter")));
+
+	fm_queue_quota_event(&event);
+	PG_RETURN_VOID();
+}
+
+/* ---------------------------------------------------------------------
+ * SQL: flagmeter.announce_feature(tenant, plan, feature, enabled, config)
+ *
+ * feature_changed has fields of its own, so it has a function of its own
+ * rather than more arguments of announce.  It announces rows, not answers:
+ * the plan's row for the feature (tenant NULL), or the tenant's override,
+ * enabled NULL when the row is gone.  An answer derived from several rows could be
+ * overtaken by a concurrent change of another of them committed in
+ * between; rows are written under their own row locks, so their events in
+ * commit order replay to the committed state.
+ * ---------------------------------------------------------------------
+ */
+PG_FUNCTION_INFO_V1(fm_announce_feature);
+Datum
+fm_announce_feature(PG_FUNCTION_ARGS)
+{
+	FmQuotaEvent event;
+
+	memset(&event, 0, sizeof(event));
+	event.kind = FM_EVENT_FEATURE_CHANGED;
+	event.nthresholds = -1;
+	event.tenant = optional_text(fcinfo, 0);
+	event.plan = optional_text(fcinfo, 1);
+	event.feature = optional_text(fcinfo, 2);
+	if (event.feature == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("feature_changed needs a feature")));
+	if ((event.tenant == NULL) == (event.plan == NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("feature_changed needs a tenant or a plan, not both")));
+	event.has_enabled = !PG_ARGISNULL(3);
+	event.enabled = event.has_enabled && PG_GETARG_BOOL(3);
+	/* jsonb's text form is JSON: it goes into the payload as it is */
+	if (!PG_ARGISNULL(4))
+		event.config = DatumGetCString(DirectFunctionCall1(jsonb_out, PG_GETARG_DATUM(4)));
 
 	fm_queue_quota_event(&event);
 	PG_RETURN_VOID();

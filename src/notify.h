@@ -3,8 +3,8 @@
  *	  Quota events and cache invalidations, announced at commit.
  *
  * During a transaction, track/consume/void and the catalog functions queue
- * quota events (a threshold reached, a tenant blocked or unblocked, a limit
- * or plan changed) and the invalidate trigger queues changed keys.  Nothing
+ * quota events (a threshold reached, a tenant blocked or unblocked, a limit,
+ * plan or feature changed) and the invalidate trigger queues changed keys.  Nothing
  * is sent or written for them until the transaction commits: at pre-commit
  * the quota events are recorded in flagmeter.outbox with versions in commit
  * order and announced in one notification on channel "flagmeter"; the
@@ -31,7 +31,9 @@ typedef enum FmQuotaEventKind
 	FM_EVENT_UNBLOCKED,			/* usage is back under a hard limit */
 	FM_EVENT_LIMIT_CHANGED,		/* a plan's limit or a tenant's override
 								 * changed */
-	FM_EVENT_PLAN_CHANGED		/* a tenant moved to another plan */
+	FM_EVENT_PLAN_CHANGED,		/* a tenant moved to another plan */
+	FM_EVENT_FEATURE_CHANGED	/* a plan's row for a feature, or a tenant's
+								 * override of it, changed */
 } FmQuotaEventKind;
 
 /* Fields of a quota event; NULL strings / has_* false for absent ones. */
@@ -55,6 +57,14 @@ typedef struct FmQuotaEvent
 	const char *mode;			/* "hard" or "soft" */
 	int			nthresholds;	/* -1: absent */
 	int			thresholds[FM_MAX_THRESHOLDS];
+	/*
+	 * feature_changed: the plan's row for the feature (tenant NULL) or the
+	 * tenant's override of it (has_enabled false: the row is gone), now
+	 */
+	const char *feature;
+	bool		has_enabled;
+	bool		enabled;
+	const char *config;			/* JSON text; NULL: none */
 } FmQuotaEvent;
 
 extern void fm_notify_init(void);

@@ -848,6 +848,9 @@ END $$;
 COMMENT ON FUNCTION flagmeter.define_feature(text, text) IS
 'flagmeter.define_feature on every shard or on none (two-phase commit)';
 
+-- store_feature under two-phase commit, announce_plan_feature after it,
+-- as set_limit below; a row written again unchanged is announced again
+-- (the client applies the same row twice, harmlessly).
 CREATE FUNCTION flagmeter.set_feature(plan text, feature text, enabled boolean DEFAULT true,
 	config jsonb DEFAULT NULL)
 RETURNS void
@@ -856,11 +859,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
 	PERFORM flagmeter.on_every_shard(
-		format('SELECT flagmeter.set_feature(%L::text, %L::text, %L::boolean, %L::jsonb)',
-		       plan, feature, enabled, config));
+		format('SELECT flagmeter.store_feature(%L::text, %L::text, %L::boolean, %L::jsonb)',
+		       plan, feature, enabled, config),
+		format('SELECT flagmeter.announce_plan_feature(%L::text, %L::text)', plan, feature));
 END $$;
 COMMENT ON FUNCTION flagmeter.set_feature(text, text, boolean, jsonb) IS
-'flagmeter.set_feature on every shard or on none (two-phase commit)';
+'flagmeter.set_feature on every shard or on none: the plan''s row by two-phase commit, then each shard announces it';
 
 -- store_limit under two-phase commit, announce_limit after it: every
 -- shard tells its own listeners, and unblocks its own tenants.

@@ -584,9 +584,13 @@ BEGIN
 	FOR t IN SELECT tn.tenant FROM flagmeter.tenants tn WHERE tn.plan = drop_plan.plan ORDER BY 1 LOOP
 		PERFORM flagmeter.unassign_tenant(t);
 	END LOOP;
-	-- the plan's limits are gone
+	-- the plan's limits are gone, and its features' rows (a plan of the
+	-- name defined again starts without them)
 	FOR l IN SELECT li.meter FROM flagmeter.limits li WHERE li.plan = drop_plan.plan ORDER BY 1 LOOP
 		PERFORM flagmeter.announce('limit_changed', NULL, l.meter, plan);
+	END LOOP;
+	FOR l IN SELECT pf.feature FROM flagmeter.plan_features pf WHERE pf.plan = drop_plan.plan ORDER BY 1 LOOP
+		PERFORM flagmeter.announce_feature(NULL, plan, l.feature, NULL);
 	END LOOP;
 	DELETE FROM flagmeter.plans p WHERE p.plan = drop_plan.plan;
 	RETURN true;

@@ -7,6 +7,12 @@
 -- its plan's row for the feature; a feature its plan does not mention (and a
 -- tenant with no plan) is not granted.  enabled = false in a plan's row is an
 -- explicit denial, which an override can still lift.
+--
+-- Changes are announced as feature_changed (70_notify.sql): set_feature
+-- announces the plan's row, override_feature and drop_feature_override the
+-- tenant's override, each only when the row changed; assign_plan and
+-- unassign_tenant announce plan_changed, which moves the tenant onto the
+-- rows of its new plan.
 -- ---------------------------------------------------------------------------
 
 CREATE TABLE flagmeter.features (
@@ -82,9 +88,13 @@ END $$;
 COMMENT ON FUNCTION flagmeter.define_feature(text, text) IS
 'defines a feature, or changes the description of one that exists';
 
-CREATE FUNCTION flagmeter.set_feature(plan text, feature text, enabled boolean DEFAULT true,
+-- set_feature is store_feature then, when the row changed, its
+-- announcement, like set_limit: a proxy runs the two apart, store_feature
+-- under two-phase commit on every shard and announce_plan_feature after it
+-- (a transaction with announcements pending cannot be prepared).
+CREATE FUNCTION flagmeter.store_feature(plan text, feature text, enabled boolean DEFAULT true,
 	config jsonb DEFAULT NULL)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -92,7 +102,7 @@ BEGIN
 	IF plan IS NULL THEN
 		RAISE EXCEPTION 'plan must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	IF NOT EXISTS (SELECT FROM flagmeter.plans p WHERE p.plan = set_feature.plan) THEN
+	IF NOT EXISTS (SELECT FROM flagmeter.plans p WHERE p.plan = store_feature.plan) THEN
 		RAISE EXCEPTION 'plan "%" does not exist', left(plan, 64) USING ERRCODE = 'undefined_object',
 			HINT = 'Define it first with flagmeter.define_plan().';
 	END IF;
@@ -100,13 +110,46 @@ BEGIN
 	IF enabled IS NULL THEN
 		RAISE EXCEPTION 'enabled must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
+	-- a row written again as it was is not news: nothing is updated or announced
 	INSERT INTO flagmeter.plan_features AS pf (plan, feature, enabled, config)
-	VALUES (set_feature.plan, set_feature.feature, set_feature.enabled, set_feature.config)
+	VALUES (store_feature.plan, store_feature.feature, store_feature.enabled, store_feature.config)
 	ON CONFLICT ON CONSTRAINT plan_features_pkey DO UPDATE
-		SET enabled = EXCLUDED.enabled, config = EXCLUDED.config, updated_at = now();
+		SET enabled = EXCLUDED.enabled, config = EXCLUDED.config, updated_at = now()
+		WHERE (pf.enabled, pf.config) IS DISTINCT FROM (EXCLUDED.enabled, EXCLUDED.config);
+	RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION flagmeter.store_feature(text, text, boolean, jsonb) IS
+'the part of set_feature that announces nothing: validates and stores the plan''s row; true when it changed';
+
+CREATE FUNCTION flagmeter.announce_plan_feature(plan text, feature text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	r flagmeter.plan_features;
+BEGIN
+	SELECT * INTO r FROM flagmeter.plan_features pf
+	WHERE pf.plan = announce_plan_feature.plan AND pf.feature = announce_plan_feature.feature;
+	-- no row (any more): announced as gone, enabled NULL
+	PERFORM flagmeter.announce_feature(NULL, plan, feature, r.enabled, r.config);
+END $$;
+COMMENT ON FUNCTION flagmeter.announce_plan_feature(text, text) IS
+'announces the plan''s row of the feature as it is now (feature_changed; enabled NULL when there is none): the second half of set_feature on a proxy';
+
+CREATE FUNCTION flagmeter.set_feature(plan text, feature text, enabled boolean DEFAULT true,
+	config jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF flagmeter.store_feature(plan, feature, enabled, config) THEN
+		PERFORM flagmeter.announce_feature(NULL, plan, feature, enabled, config);
+	END IF;
 END $$;
 COMMENT ON FUNCTION flagmeter.set_feature(text, text, boolean, jsonb) IS
-'a plan grants a feature (enabled) or denies it, with an optional configuration value; replaces the plan''s earlier row';
+'a plan grants a feature (enabled) or denies it, with an optional configuration value; replaces the plan''s earlier row, announced (feature_changed) when it changed';
 
 CREATE FUNCTION flagmeter.override_feature(tenant text, feature text, enabled boolean,
 	config jsonb DEFAULT NULL)
@@ -128,7 +171,11 @@ BEGIN
 	VALUES (override_feature.tenant, override_feature.feature, override_feature.enabled,
 	        override_feature.config)
 	ON CONFLICT ON CONSTRAINT feature_overrides_pkey DO UPDATE
-		SET enabled = EXCLUDED.enabled, config = EXCLUDED.config, updated_at = now();
+		SET enabled = EXCLUDED.enabled, config = EXCLUDED.config, updated_at = now()
+		WHERE (o.enabled, o.config) IS DISTINCT FROM (EXCLUDED.enabled, EXCLUDED.config);
+	IF FOUND THEN
+		PERFORM flagmeter.announce_feature(tenant, NULL, feature, enabled, config);
+	END IF;
 END $$;
 COMMENT ON FUNCTION flagmeter.override_feature(text, text, boolean, jsonb) IS
 'grants (enabled) or denies a feature to one tenant, winning over its plan''s row; replaces the tenant''s earlier override';
@@ -143,7 +190,11 @@ BEGIN
 	PERFORM flagmeter.check_feature_exists(feature);
 	DELETE FROM flagmeter.feature_overrides o
 	WHERE o.tenant = drop_feature_override.tenant AND o.feature = drop_feature_override.feature;
-	RETURN FOUND;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	PERFORM flagmeter.announce_feature(tenant, NULL, feature, NULL);
+	RETURN true;
 END $$;
 COMMENT ON FUNCTION flagmeter.drop_feature_override(text, text) IS
 'removes a tenant''s override of a feature so that its plan decides again; false when there was none';
@@ -195,6 +246,8 @@ COMMENT ON VIEW flagmeter.tenant_features IS
 -- call them.
 REVOKE ALL ON FUNCTION flagmeter.define_feature(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.set_feature(text, text, boolean, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.store_feature(text, text, boolean, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.announce_plan_feature(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.override_feature(text, text, boolean, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_feature_override(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.has_feature(text, text) FROM PUBLIC;

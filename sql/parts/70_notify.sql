@@ -18,7 +18,8 @@ CREATE TABLE flagmeter.outbox (
 	kind			text NOT NULL
 		CONSTRAINT outbox_kind_valid
 		CHECK (kind OPERATOR(pg_catalog.=) ANY (ARRAY['threshold', 'blocked', 'unblocked',
-		                                              'limit_changed', 'plan_changed'])),
+		                                              'limit_changed', 'plan_changed',
+		                                              'feature_changed'])),
 	tenant			text,
 	meter			text,
 	plan			text,
@@ -30,6 +31,9 @@ CREATE TABLE flagmeter.outbox (
 	period			text,
 	mode			text,
 	thresholds		integer[],
+	feature			text,
+	enabled			boolean,
+	config			jsonb,
 	notified		boolean NOT NULL
 );
 -- a threshold is announced once per tenant, meter and period
@@ -37,7 +41,7 @@ CREATE UNIQUE INDEX outbox_threshold_once ON flagmeter.outbox (tenant, meter, pe
 	WHERE kind OPERATOR(pg_catalog.=) 'threshold'::pg_catalog.text;
 CREATE INDEX outbox_created_at ON flagmeter.outbox USING brin (created_at);
 COMMENT ON TABLE flagmeter.outbox IS
-'every quota event (threshold reached, blocked, unblocked, limit or plan changed) with a version in commit order; resets_at: when a blocked period ends; quota, period, mode, thresholds of limit_changed: the limit now in force; notified is false when the notification was skipped under backpressure; a negative version marks a threshold row copied from another shard by a tenant move (kept so that the threshold is not announced twice, never replayed)';
+'every quota event (threshold reached, blocked, unblocked, limit, plan or feature changed) with a version in commit order; resets_at: when a blocked period ends; quota, period, mode, thresholds of limit_changed: the limit now in force; feature, enabled, config of feature_changed: the plan''s row for the feature (tenant NULL) or the tenant''s override of it (enabled NULL: the row is gone); notified is false when the notification was skipped under backpressure; a negative version marks a threshold row copied from another shard by a tenant move (kept so that the threshold is not announced twice, never replayed)';
 
 CREATE TABLE flagmeter.blocked (
 	tenant			text NOT NULL,
@@ -70,6 +74,26 @@ AS 'MODULE_PATHNAME', 'fm_announce'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 COMMENT ON FUNCTION flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[]) IS
 'queues a quota event (blocked, unblocked, limit_changed, plan_changed) to be recorded and announced when the transaction commits; quota, period, mode and thresholds of limit_changed give the limit now in force';
+
+-- feature_changed, queued as announce queues the other kinds (src/notify.c).
+-- It announces the rows a client caches, not derived answers:
+--   - set_feature: the plan's row (tenant NULL), when it changed; it
+--     decides for every tenant of the plan that does not override the
+--     feature, and a client applies it to those it caches;
+--   - override_feature: the tenant's override, when it changed;
+--   - drop_feature_override: the tenant's override gone (enabled NULL);
+--   - drop_plan: each of the plan's rows gone (enabled NULL), so that a
+--     plan defined again under the name starts without them.
+-- A tenant's plan moves with plan_changed (assign_plan, unassign_tenant,
+-- whose tenant loses its overrides with its row): the features are then
+-- the new plan's rows, and its overrides.
+CREATE FUNCTION flagmeter.announce_feature(tenant text, plan text, feature text,
+	enabled boolean, config jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'fm_announce_feature'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.announce_feature(text, text, text, boolean, jsonb) IS
+'queues a feature_changed event, recorded and announced when the transaction commits: a plan''s row for a feature (tenant NULL) or a tenant''s override (plan NULL); enabled NULL: the row is gone';
 
 -- What the current usage reaches after a configuration change (src/review.c).
 CREATE FUNCTION flagmeter.review_usage(tenant text, meter text)

@@ -85,7 +85,7 @@ COMMENT ON FUNCTION flagmeter.refuse_moving() IS
 -- Fenced tables, with the trigger events on which a tenant's row is
 -- refused.  Every write of a call lands in one of them in its transaction:
 -- track, track_batch and consume insert events, void inserts voids, the
--- per-tenant catalog calls write tenants or overrides.
+-- per-tenant catalog calls write tenants, overrides or feature_overrides.
 CREATE FUNCTION flagmeter.fence_partition(partitions integer, partition integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -106,7 +106,9 @@ BEGIN
 		                      ('tenants', 'INSERT OR UPDATE', 'NEW', '_new'),
 		                      ('tenants', 'DELETE', 'OLD', '_old'),
 		                      ('overrides', 'INSERT OR UPDATE', 'NEW', '_new'),
-		                      ('overrides', 'DELETE', 'OLD', '_old')) v(tbl, ops, rec, suffix)
+		                      ('overrides', 'DELETE', 'OLD', '_old'),
+		                      ('feature_overrides', 'INSERT OR UPDATE', 'NEW', '_new'),
+		                      ('feature_overrides', 'DELETE', 'OLD', '_old')) v(tbl, ops, rec, suffix)
 	LOOP
 		EXECUTE format('CREATE TRIGGER %I BEFORE %s ON flagmeter.%I FOR EACH ROW'
 		               ' WHEN (flagmeter.partition_of(%s.tenant, %s) OPERATOR(pg_catalog.=) %s)'
@@ -114,7 +116,7 @@ BEGIN
 		               name || f.suffix, f.ops, f.tbl, f.rec, partitions, partition,
 		               partitions, partition);
 	END LOOP;
-	FOR f IN SELECT * FROM unnest(ARRAY['meters', 'plans', 'limits']) v(tbl) LOOP
+	FOR f IN SELECT * FROM unnest(ARRAY['meters', 'plans', 'limits', 'features', 'plan_features']) v(tbl) LOOP
 		CONTINUE WHEN EXISTS (SELECT FROM pg_trigger t WHERE t.tgname = 'flagmeter_moving_catalog'
 		                      AND t.tgrelid = ('flagmeter.' || f.tbl)::regclass);
 		EXECUTE format('CREATE TRIGGER flagmeter_moving_catalog BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE'
@@ -142,7 +144,8 @@ BEGIN
 		SELECT tg.tgname, tg.tgrelid::regclass AS rel FROM pg_trigger tg
 		WHERE tg.tgname IN (name || '_new', name || '_old')
 		  AND tg.tgrelid IN ('flagmeter.events'::regclass, 'flagmeter.voids'::regclass,
-		                     'flagmeter.tenants'::regclass, 'flagmeter.overrides'::regclass)
+		                     'flagmeter.tenants'::regclass, 'flagmeter.overrides'::regclass,
+		                     'flagmeter.feature_overrides'::regclass)
 	LOOP
 		EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
 	END LOOP;
@@ -152,7 +155,8 @@ BEGIN
 			SELECT tg.tgrelid::regclass AS rel FROM pg_trigger tg
 			WHERE tg.tgname = 'flagmeter_moving_catalog'
 			  AND tg.tgrelid IN ('flagmeter.meters'::regclass, 'flagmeter.plans'::regclass,
-			                     'flagmeter.limits'::regclass)
+			                     'flagmeter.limits'::regclass, 'flagmeter.features'::regclass,
+			                     'flagmeter.plan_features'::regclass)
 		LOOP
 			EXECUTE format('DROP TRIGGER flagmeter_moving_catalog ON %s', t.rel);
 		END LOOP;
@@ -185,7 +189,7 @@ BEGIN
 	END IF;
 	-- every table with a tenant column (the regression test shards lists them)
 	FOREACH tbl IN ARRAY ARRAY['events', 'voids', 'counters', 'event_keys', 'rollup_hour', 'rollup_day',
-	                           'blocked', 'outbox', 'overrides', 'tenants']
+	                           'blocked', 'outbox', 'overrides', 'feature_overrides', 'tenants']
 	LOOP
 		IF tbl = 'overrides' THEN
 			PERFORM flagmeter.unfence_partition(partitions, partition);

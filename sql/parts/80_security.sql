@@ -14,8 +14,9 @@
 -- (src/statements.c), so a role needs EXECUTE on them and no privilege on
 -- the tables; EXECUTE on them is therefore the whole permission to write
 -- usage or to read any tenant's usage, and row-level security on the
--- tables does not apply to them.  announce writes the outbox and the
--- blocked table at commit: it is for the catalog functions, not for apps.
+-- tables does not apply to them.  announce (and announce_feature) writes
+-- the outbox and the blocked table at commit: it is for the catalog
+-- functions, not for apps.
 --
 -- The functions left to PUBLIC are pure (the quota_counter type, its
 -- operators, accessors and aggregates, period_bounds, the validators) or
@@ -75,6 +76,7 @@ REVOKE ALL ON FUNCTION flagmeter.usage(text, text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.void(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.review_usage(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.announce_feature(text, text, text, boolean, jsonb) FROM PUBLIC;
 
 -- Configuration.
 REVOKE ALL ON FUNCTION flagmeter.define_meter(text, text, text) FROM PUBLIC;
@@ -154,9 +156,11 @@ BEGIN
 			'flagmeter.feature_config(text, text)']) f;
 	ELSIF access = 'listener' THEN
 		-- step 2 of the client protocol reads blocked and effective_limits,
-		-- latest_version() and changes_since() read the outbox
+		-- latest_version() and changes_since() read the outbox; a client
+		-- caching features reads a tenant's overrides and its plan's rows
 		RETURN QUERY SELECT 'SELECT', 'TABLE ' || t FROM unnest(ARRAY[
-			'flagmeter.outbox', 'flagmeter.blocked', 'flagmeter.effective_limits'] || config_tables) t;
+			'flagmeter.outbox', 'flagmeter.blocked', 'flagmeter.effective_limits'] || config_tables
+			|| feature_tables) t;
 	ELSIF access = 'dashboard' THEN
 		RETURN QUERY SELECT 'EXECUTE', 'FUNCTION flagmeter.usage(text, text, timestamptz)';
 		RETURN QUERY SELECT 'SELECT', 'TABLE ' || t FROM unnest(ARRAY[
@@ -178,6 +182,8 @@ BEGIN
 			'flagmeter.drop_override(text, text)',
 			'flagmeter.define_feature(text, text)',
 			'flagmeter.set_feature(text, text, boolean, jsonb)',
+			'flagmeter.store_feature(text, text, boolean, jsonb)',
+			'flagmeter.announce_plan_feature(text, text)',
 			'flagmeter.override_feature(text, text, boolean, jsonb)',
 			'flagmeter.drop_feature_override(text, text)',
 			'flagmeter.unassign_tenant(text, boolean)',
@@ -189,6 +195,7 @@ BEGIN
 			'flagmeter.review_usage(text, text)',
 			'flagmeter.apply_limit_changes(jsonb)',
 			'flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[])',
+			'flagmeter.announce_feature(text, text, text, boolean, jsonb)',
 			'flagmeter.usage(text, text, timestamptz)']) f;
 		RETURN QUERY SELECT 'SELECT, INSERT, UPDATE, DELETE', 'TABLE ' || t FROM unnest(ARRAY[
 			'flagmeter.plans', 'flagmeter.counters', 'flagmeter.pending_limit_changes'] || config_tables || feature_tables) t;

@@ -363,6 +363,12 @@ SELECT flagmeter.assign_plan('r-acme', 'r-free', '2026-01-31 10:00:00+00', 'UTC'
 SELECT flagmeter.override_limit('r-hooli', 'api_calls', 200), flagmeter.drop_override('r-hooli', 'api_calls');
 SELECT flagmeter.define_plan('r-gone'), flagmeter.drop_plan('r-gone'),
        flagmeter.define_meter('r-gone'), flagmeter.drop_meter('r-gone');
+-- features, announced as feature_changed (announce_feature is in the layout)
+SELECT flagmeter.define_feature('r-sso'),
+       flagmeter.set_feature('r-free', 'r-sso', true, '{"idp": "okta"}'),
+       flagmeter.override_feature('r-hooli', 'r-sso', false),
+       flagmeter.override_feature('r-leaver', 'r-sso', false),
+       flagmeter.drop_feature_override('r-leaver', 'r-sso');
 RESET ROLE;
 
 -- The app meters and enforces, for any tenant, and nothing else.
@@ -391,6 +397,8 @@ SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
 	($$SELECT flagmeter.review_blocks()$$),
 	($$SELECT flagmeter.review_usage('r-acme', 'api_calls')$$),
 	($$SELECT flagmeter.announce('unblocked', 'r-acme', 'api_calls', NULL, '-infinity')$$),
+	($$SELECT flagmeter.announce_feature('r-acme', NULL, 'r-sso', true)$$),
+	($$SELECT flagmeter.set_feature('r-free', 'r-sso', false)$$),
 	($$SELECT flagmeter.maintain()$$),
 	($$SELECT flagmeter.schedule()$$),
 	($$SELECT flagmeter.configure(unassigned_tenants => 'unlimited')$$),
@@ -424,6 +432,19 @@ WHERE tenant OPERATOR(pg_catalog.~~) 'r-%' ORDER BY tenant, meter;
 COMMIT;
 SELECT kind, tenant, meter, quota FROM flagmeter.changes_since(0)
 WHERE kind OPERATOR(pg_catalog.=) 'limit_changed' AND tenant OPERATOR(pg_catalog.=) 'r-hooli'
+ORDER BY version;
+-- what a client caching features reads: a tenant's plan and overrides, the
+-- plan's rows, the features defined, and feature_changed in the outbox
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT plan FROM flagmeter.tenants WHERE tenant OPERATOR(pg_catalog.=) 'r-hooli';
+SELECT feature, enabled, config FROM flagmeter.feature_overrides
+WHERE tenant OPERATOR(pg_catalog.=) 'r-hooli';
+SELECT feature, enabled, config FROM flagmeter.plan_features
+WHERE plan OPERATOR(pg_catalog.=) 'r-free';
+SELECT feature FROM flagmeter.features WHERE feature OPERATOR(pg_catalog.~~) 'r-%';
+COMMIT;
+SELECT kind, tenant, plan, feature, enabled, config FROM flagmeter.changes_since(0)
+WHERE kind OPERATOR(pg_catalog.=) 'feature_changed'
 ORDER BY version;
 UNLISTEN *;
 SELECT sql, pg_temp.try(sql) AS result FROM (VALUES

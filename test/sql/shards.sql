@@ -95,7 +95,7 @@ SELECT fence_partition(4, 2);
 SELECT fence_partition(4, 2);	-- already fenced: nothing more
 SELECT tgrelid::regclass, tgname FROM pg_trigger
 WHERE tgname LIKE 'flagmeter_moving%' AND NOT tgisinternal AND tgparentid = 0
-ORDER BY 1::text, 2;
+ORDER BY tgrelid::regclass::text COLLATE "C", tgname;
 -- the tenants of partition 2 may not write
 SELECT pg_temp.try($$SELECT flagmeter.track('acme', 'calls')$$) AS track,
        pg_temp.try($$SELECT flagmeter.track_batch(ARRAY['hooli', 'tyrell'], ARRAY['calls', 'calls'], ARRAY[1, 1]::bigint[])$$) AS batch,

@@ -178,6 +178,10 @@ for my $s ([ A => $a ], [ B => $b ])
 		             WHERE kind = 'limit_changed'}),
 		'free/calls free/tokens free/seats flex/calls',
 		"shard $s->[0] announced each set_limit to its own listeners");
+	is( db($s->[1], q{SELECT string_agg(concat_ws('/', plan, feature, enabled, config), ' ' ORDER BY version)
+		             FROM flagmeter.outbox WHERE kind = 'feature_changed'}),
+		'free/sso/false flex/sso/true flex/seats_max/true/{"max": 10}',
+		"shard $s->[0] announced each set_feature to its own listeners");
 }
 my $prepared = 'SELECT count(*) FROM pg_prepared_xacts';
 
@@ -533,6 +537,14 @@ db($a, "SELECT flagmeter.unfence_partition($P, 2)");
 # C was the reference node: it starts again empty, as a new shard does.
 db($c, 'DROP EXTENSION flagmeter CASCADE; CREATE EXTENSION flagmeter');
 db($proxy, qq{SELECT flagmeter.track('$mt', 'calls', 1, now(), 'before-move')});
+# features: the shards' catalog (copied to the empty C) and a tenant's override (moved)
+for my $shard ($a, $b)
+{
+	db($shard, q{SELECT flagmeter.define_feature('sso'), flagmeter.set_feature('free', 'sso')});
+}
+db($proxy, qq{SELECT flagmeter.override_feature('$mt', 'sso', false, '{"why": "moved"}')});
+my $features = qq{SELECT flagmeter.has_feature('$moving[0]', 'sso') || ' ' || flagmeter.has_feature('$mt', 'sso')};
+is(db($proxy, $features), 'true false', "partition 2's features before the move");
 my $state = q{SELECT tenant, meter, used, quota, state FROM flagmeter.status WHERE tenant IN (%s) ORDER BY 1, 2};
 my $moving_list = join ', ', map { "'$_'" } @moving;
 my $series_before = db($proxy, q{SELECT * FROM flagmeter.usage_series_all('tokens', '2026-03-01', '2026-03-02')});
@@ -588,6 +600,9 @@ is( db($proxy, qq{SELECT flagmeter.used(u) || ' ' || flagmeter.latest(u) FROM fl
 	"$acked_sum $acked[-1]",
 	'the tenant\'s usage is the acknowledged events: their sum, the latest one last');
 is(db($proxy, sprintf $state, $moving_list), $status_before, 'the moved tenants\' status is what it was');
+is(db($proxy, $features), 'true false', 'their features too: the plan rows and the override came along');
+is(db($c, qq{SELECT config ->> 'why' FROM flagmeter.feature_overrides WHERE tenant = '$mt'}), 'moved',
+	'the override is on C');
 is( db($proxy, qq{SELECT flagmeter.track('$mt', 'calls', 1, now(), 'before-move')}) . ' '
 	  . db($proxy, qq{SELECT flagmeter.track('$mt', 'tokens', 5, '2026-03-01 13:00+00', 'after-fold')}),
 	'f f', 'keys recorded before the move are still known');

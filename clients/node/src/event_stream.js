@@ -20,6 +20,10 @@
 // version order.  A lost connection is retried with exponential backoff
 // (with jitter); after it, the stream replays what it missed and emits one
 // `invalidate` with `all: true` (invalidations are not kept in the outbox).
+//
+// Reads of other caches that must be ordered with the events (the feature
+// cache's loads, src/features.js) run as tasks in the same queue (run()),
+// so that no event is applied while one reads.
 
 const { parseJson } = require('./numbers')
 const { quotaEvent, isWhole, QUOTA_KINDS } = require('./quota_events')
@@ -29,6 +33,7 @@ const { oldestVersion } = require('./sql/oldestVersion')
 const { blockedUntil } = require('./sql/blockedUntil')
 const { limitsOf } = require('./sql/limits')
 const { readState, inSnapshot } = require('./sql/snapshot')
+const { planFeatures } = require('./sql/features')
 const { FlagMeterClosedError } = require('./errors')
 
 function big (v) {
@@ -40,13 +45,15 @@ class EventStream {
    * @param {object} opts
    * @param {() => import('pg').Client} opts.connect   a new, unconnected client
    * @param {import('./cache').QuotaCache} opts.cache
+   * @param {import('./features').FeatureCache} [opts.features]
    * @param {(kind: string, event: object) => void} opts.emit
    * @param {(err: Error) => void} opts.onError
    * @param {{ initialDelayMs?: number, maxDelayMs?: number }} [opts.reconnect]
    */
-  constructor ({ connect, cache, emit, onError, reconnect = {} }) {
+  constructor ({ connect, cache, features = null, emit, onError, reconnect = {} }) {
     this._connect = connect
     this._cache = cache
+    this._features = features
     this._emit = emit
     this._onError = onError
     this._initialDelay = reconnect.initialDelayMs ?? 100
@@ -70,6 +77,32 @@ class EventStream {
   /** Resolves once the first snapshot is in the cache. */
   ready () {
     return this._ready
+  }
+
+  /** Whether the stream is connected and caught up (tasks can run). */
+  get synced () {
+    return this._synced && !this._closed
+  }
+
+  /**
+   * Run fn(db) on the stream's connection, between two events: resolves
+   * with its result; rejects when the stream is not synced or the
+   * connection goes before it ran.
+   */
+  run (fn) {
+    if (!this.synced) return Promise.reject(new Error('flagmeter: the event stream is not connected'))
+    return new Promise((resolve, reject) => {
+      this._inbox.push({ task: fn, resolve, reject })
+      this._kick(this._client)
+    })
+  }
+
+  /** Empty the queue: tasks not run yet are rejected (their callers fall back). */
+  _dropInbox () {
+    for (const item of this._inbox) {
+      if (typeof item !== 'string') item.reject(new Error('flagmeter: the event stream lost its connection'))
+    }
+    this._inbox = []
   }
 
   /** The backend pid of the LISTEN session (null while disconnected). */
@@ -113,7 +146,7 @@ class EventStream {
         if (!this._closed) this._report(err)
       }
       this._synced = false
-      this._inbox = []
+      this._dropInbox()
       this._client = null
       await client.end().catch(() => {})
       if (this._closed) break
@@ -153,6 +186,8 @@ class EventStream {
         if (oldest !== null && big(oldest) > big(from) + 1n) {
           const state = await readState(db)
           if (big(state.version) >= big(this._cache.version)) this._cache.load(state)
+          // features are loaded per tenant on use: loaded again then
+          if (this._features) this._features.clear()
         }
       })
       this._emit('invalidate', { kind: 'invalidate', all: true, reason: 'reconnect' })
@@ -163,13 +198,27 @@ class EventStream {
   _kick (client) {
     if (this._working || !this._synced || this._client !== client) return
     this._working = true
-    this._work(client).finally(() => { this._working = false })
+    // what arrived while the last round was ending gets a round of its own
+    this._work(client).finally(() => {
+      this._working = false
+      if (this._inbox.length > 0) this._kick(client)
+    })
   }
 
   async _work (client) {
     try {
       while (this._inbox.length > 0 && this._client === client && !this._closed) {
-        await this._handle(client, this._inbox.shift())
+        const item = this._inbox.shift()
+        if (typeof item === 'string') {
+          await this._handle(client, item)
+          continue
+        }
+        // a task's failure is its caller's, not the stream's
+        try {
+          item.resolve(await item.task(client))
+        } catch (err) {
+          item.reject(err)
+        }
       }
     } catch (err) {
       // a read failed: the connection is going; the reconnect replays
@@ -238,8 +287,18 @@ class EventStream {
             await limitsOf(db, { plan: e.plan, meter: e.meter }))
         }
         break
-      case 'plan_changed':
+      case 'plan_changed': {
         c.replaceLimits({ tenant: e.tenant }, await limitsOf(db, { tenant: e.tenant }))
+        // a cached tenant moves onto its new plan's rows, read if not cached
+        const load = this._features ? this._features.applyPlan(e.tenant, e.plan ?? null, e.version) : null
+        if (load !== null) {
+          const { version, rows } = await planFeatures(db, load)
+          this._features.loadPlan(load, rows, version)
+        }
+        break
+      }
+      case 'feature_changed':
+        if (this._features) this._features.applyFeature(e)
         break
     }
     c.version = e.version

@@ -6,13 +6,17 @@
 //     by check and transaction();
 //   - the event streams, one per shard (one without sharding): each a
 //     connection of its own for LISTEN, its catch-up and the QuotaCache it
-//     keeps (src/event_stream.js, src/cache.js).
+//     keeps (src/event_stream.js, src/cache.js); with one database, also
+//     the FeatureCache, loaded per tenant on the stream's connection and
+//     kept by its events (src/features.js).
 
 const { EventEmitter } = require('node:events')
 const pg = require('pg')
 
 const { Batcher } = require('./batcher')
 const { QuotaCache } = require('./cache')
+const { FeatureCache } = require('./features')
+const { tenantFeatures, featureAnswer } = require('./sql/features')
 const { EventStream } = require('./event_stream')
 const { FlagMeterClosedError } = require('./errors')
 const calls = require('./calls')
@@ -21,7 +25,8 @@ const { track } = require('./sql/track')
 const { consume } = require('./sql/consume')
 const { consumeMeters } = require('./sql/consumeMeters')
 
-const EVENT_KINDS = ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed', 'invalidate']
+const EVENT_KINDS = ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed', 'feature_changed',
+  'invalidate']
 
 /** Calls that run in one transaction the caller holds: unbatched. */
 class Transaction {
@@ -97,9 +102,15 @@ class FlagMeter extends EventEmitter {
     const listens = listenConfigs(options)
     this._caches = listens.length > 0 ? listens.map(() => new QuotaCache()) : [new QuotaCache()]
     this.cache = this._caches[0]
+    this.features = new FeatureCache({ maxTenants: options.featureCacheSize ?? 10000 })
+    this._featureLoads = new Map() // tenant -> the load in flight
     this._streams = listens.map((listen, shard) => new EventStream({
       connect: () => new pg.Client(listen),
       cache: this._caches[shard],
+      // Features are cached with one database only: which shard holds a
+      // tenant is the proxy's to know, so with several the answers come
+      // from the database through it (has_feature, routed).
+      features: listens.length === 1 ? this.features : null,
       emit: (kind, event) => this.emit(kind, Object.assign(event, { shard })),
       onError: (err) => {
         if (this.listenerCount('error') === 0) return
@@ -172,6 +183,66 @@ class FlagMeter extends EventEmitter {
       if (l !== undefined) return l
     }
     return undefined
+  }
+
+  /**
+   * { enabled, config } of the tenant's feature: from the feature cache,
+   * which loads the tenant on first use and follows feature_changed and
+   * plan_changed after; from the database (has_feature, feature_config)
+   * while the event stream is not connected, or without one (listen:
+   * false), and once for a feature the cache does not know.  An unknown
+   * feature rejects as the SQL calls do (42704).
+   */
+  async _feature (tenant, feature) {
+    calls.checkName(tenant, 'tenant')
+    calls.checkName(feature, 'feature')
+    this._open()
+    const f = this.features
+    let answer = f.answer(tenant, feature)
+    if (answer !== undefined) return answer
+    const stream = this._featureStream()
+    if (stream && stream.synced && !f.hasTenant(tenant)) {
+      try {
+        await this._loadFeatures(tenant)
+      } catch (err) {
+        // the stream lost its connection (it reconnects), or the listener
+        // role cannot read the feature tables: the database answers
+        if (stream.synced && this.listenerCount('error') > 0) this.emit('error', err)
+      }
+      answer = f.answer(tenant, feature)
+      if (answer !== undefined) return answer
+    }
+    answer = await this._withClient((db) => featureAnswer(db, tenant, feature))
+    f.know(feature) // it exists: the database did not raise
+    return answer
+  }
+
+  /** The stream that keeps the feature cache: the only one, or none (listen: false, or several shards). */
+  _featureStream () {
+    return this._streams.length === 1 ? this._streams[0] : null
+  }
+
+  /** One load per tenant at a time, between two events of the stream. */
+  _loadFeatures (tenant) {
+    let load = this._featureLoads.get(tenant)
+    if (load === undefined) {
+      const f = this.features
+      load = this._featureStream().run(async (db) => {
+        if (!f.hasTenant(tenant)) f.loadTenant(tenant, await tenantFeatures(db, tenant, (plan) => f.hasPlan(plan)))
+      }).finally(() => this._featureLoads.delete(tenant))
+      this._featureLoads.set(tenant, load)
+    }
+    return load
+  }
+
+  /** Whether the tenant may use the feature (flagmeter.has_feature), from the feature cache. */
+  async hasFeature (tenant, feature) {
+    return (await this._feature(tenant, feature)).enabled
+  }
+
+  /** The feature's configuration value for the tenant (flagmeter.feature_config), from the feature cache. */
+  async featureConfig (tenant, feature) {
+    return (await this._feature(tenant, feature)).config
   }
 
   /** The version of the last quota event applied (null before the first snapshot; of the first shard when several). */

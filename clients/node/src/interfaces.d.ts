@@ -37,6 +37,8 @@ export interface FlagMeterOptions {
   maxGroup?: number
   /** Backoff of LISTEN reconnects: doubles from initialDelayMs up to maxDelayMs, with jitter. */
   reconnect?: { initialDelayMs?: number; maxDelayMs?: number }
+  /** Most tenants the feature cache holds; the oldest loaded go first. Default 10000. */
+  featureCacheSize?: number
 }
 
 export interface TrackOptions {
@@ -151,7 +153,27 @@ export interface PlanChangedEvent extends QuotaEventBase {
   plan: string
 }
 
-export type QuotaEvent = ThresholdEvent | BlockedEvent | UnblockedEvent | LimitChangedEvent | PlanChangedEvent
+/**
+ * A plan's row for a feature (plan set, no tenant: it decides for the plan's
+ * tenants without an override of the feature) or a tenant's override (tenant
+ * set). `enabled` null: the row is gone (an override dropped: the plan
+ * decides again; a plan dropped).
+ */
+export interface FeatureChangedEvent extends QuotaEventBase {
+  kind: 'feature_changed'
+  feature: string
+  tenant?: string
+  plan?: string
+  enabled: boolean | null
+  /** The row's configuration value (parsed JSON), null when none. */
+  config: FeatureConfig
+}
+
+/** A configuration value (jsonb): parsed JSON, integers beyond 2^53 - 1 as BigInt. */
+export type FeatureConfig = null | boolean | number | bigint | string | FeatureConfig[] | { [key: string]: FeatureConfig }
+
+export type QuotaEvent = ThresholdEvent | BlockedEvent | UnblockedEvent | LimitChangedEvent | PlanChangedEvent |
+  FeatureChangedEvent
 
 /** Rows of an app table changed (no version; not kept in the outbox). */
 export interface InvalidateEvent {
@@ -175,6 +197,7 @@ export interface FlagMeterEvents {
   unblocked: [UnblockedEvent]
   limit_changed: [LimitChangedEvent]
   plan_changed: [PlanChangedEvent]
+  feature_changed: [FeatureChangedEvent]
   invalidate: [InvalidateEvent]
   /** errors of the LISTEN session (it reconnects by itself) */
   error: [Error]
@@ -221,6 +244,15 @@ export declare class FlagMeter extends EventEmitter {
   isBlocked (tenant: string, meter: string): boolean
   /** From the local cache: the limit in force, undefined when unlimited. */
   limit (tenant: string, meter: string): Limit | undefined
+  /**
+   * Whether the tenant may use the feature (flagmeter.has_feature): from the
+   * feature cache, which loads a tenant on first use and follows
+   * feature_changed and plan_changed events; from the database while the
+   * event stream is not connected. Rejects for an unknown feature (code 42704).
+   */
+  hasFeature (tenant: string, feature: string): Promise<boolean>
+  /** The feature's configuration value for the tenant (flagmeter.feature_config), null when none or not granted. */
+  featureConfig (tenant: string, feature: string): Promise<FeatureConfig>
   /** fn(tx) in one transaction on a pool connection: commit on return, rollback on throw. */
   transaction<T> (fn: (tx: Transaction) => Promise<T>): Promise<T>
   /** fn(tx) on the caller's own client, inside the transaction the caller manages. */

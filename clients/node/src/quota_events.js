@@ -4,9 +4,10 @@
 // camelCase fields, absent when they do not apply, numbers by the number
 // rule (src/numbers.js), periodStart a Date or null for a lifetime period.
 
-const { toInt } = require('./numbers')
+const { toInt, parseJson } = require('./numbers')
 
-const QUOTA_KINDS = new Set(['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed'])
+const QUOTA_KINDS = new Set(['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed',
+  'feature_changed'])
 
 // What each kind carries when its payload is whole (README, "What is
 // announced"); a payload shrunk to fit 1 kB lacks some, and is then read
@@ -16,7 +17,8 @@ const REQUIRED = {
   blocked: ['tenant', 'meter', 'period_start', 'used', 'quota'],
   unblocked: ['tenant', 'meter', 'period_start'],
   limit_changed: ['meter'],
-  plan_changed: ['tenant', 'plan']
+  plan_changed: ['tenant', 'plan'],
+  feature_changed: ['feature', 'enabled', 'config']
 }
 
 function periodStart (value) {
@@ -41,6 +43,13 @@ function quotaEvent (raw, source) {
   if (raw.threshold != null) e.threshold = Number(raw.threshold)
   if (raw.used != null) e.used = int(raw.used)
   if (raw.quota != null) e.quota = int(raw.quota)
+  if (raw.kind === 'feature_changed') {
+    // a plan's row (no tenant) or a tenant's override; enabled null: gone.
+    // The outbox's config comes as text (changesSince), parsed like a payload.
+    e.feature = raw.feature
+    e.enabled = raw.enabled ?? null
+    e.config = typeof raw.config === 'string' && source === 'outbox' ? parseJson(raw.config) : raw.config ?? null
+  }
   e.source = source
   return e
 }

@@ -18,12 +18,15 @@ const GRANTS = `
       flagmeter.check(text, text, bigint),
       flagmeter.track(text, text, bigint, timestamptz, text),
       flagmeter.consume(text, text, bigint, text),
-      flagmeter.consume(text, text[], bigint[], text) TO fm_node_request;
+      flagmeter.consume(text, text[], bigint[], text),
+      flagmeter.has_feature(text, text),
+      flagmeter.feature_config(text, text) TO fm_node_request;
 
   CREATE ROLE fm_node_listener LOGIN;
   GRANT USAGE ON SCHEMA flagmeter TO fm_node_listener;
   GRANT SELECT ON flagmeter.outbox, flagmeter.blocked, flagmeter.effective_limits,
-      flagmeter.meters, flagmeter.tenants, flagmeter.limits, flagmeter.overrides
+      flagmeter.meters, flagmeter.tenants, flagmeter.limits, flagmeter.overrides,
+      flagmeter.features, flagmeter.plan_features, flagmeter.feature_overrides
       TO fm_node_listener;`
 
 let db
@@ -35,6 +38,8 @@ before(async () => {
     SELECT flagmeter.define_plan('small');
     SELECT flagmeter.set_limit('small', 'calls', 3, 'month');
     SELECT flagmeter.assign_plan('acme', 'small');
+    SELECT flagmeter.define_feature('sso');
+    SELECT flagmeter.set_feature('small', 'sso', config => '{"idp": "okta"}');
     ${GRANTS}`)
 })
 after(async () => {
@@ -69,10 +74,15 @@ test('the request role and the listener role are enough, and no more', async () 
       await tx.track('acme', 'calls', 1)
       await tx.consume('acme', ['calls'], [1])
     })
+    // features: loaded as the listener, kept by its events
+    assert.equal(await fm.hasFeature('acme', 'sso'), true)
+    assert.notEqual(fm.features.answer('acme', 'sso'), undefined, 'loaded into the cache, not asked of the pool')
     // a catch-up as the listener: a reconnect replays changes_since
     await db.query('SELECT pg_terminate_backend($1)', [fm.listenerPid])
     await db.query("SELECT flagmeter.override_limit('acme', 'calls', 100)") // unblocked, limit_changed
+    await db.query("SELECT flagmeter.override_feature('acme', 'sso', false)")
     await until(() => !fm.isBlocked('acme', 'calls') && fm.limit('acme', 'calls').quota === 100, 15000, 'the replay')
+    await until(() => fm.features.answer('acme', 'sso')?.enabled === false, 15000, 'the feature replay')
     assert.ok(errors.every((e) => e.code === '57P01'), errors.map(String).join('; ')) // only the termination
   } finally { await fm.close() }
 })

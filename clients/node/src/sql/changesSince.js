@@ -3,8 +3,9 @@
 // the catch-up after a gap, a resync hint or a reconnect.
 const { types } = require('../numbers')
 
-const text = 'SELECT version, kind, tenant, meter, plan, period_start, threshold, used, quota' +
-  ' FROM flagmeter.changes_since($1::bigint)'
+// config as text: parsed by the number rule, as a payload's is
+const text = 'SELECT version, kind, tenant, meter, plan, period_start, threshold, used, quota,' +
+  ' feature, enabled, config::text AS config FROM flagmeter.changes_since($1::bigint)'
 
 async function changesSince (db, version) {
   const { rows } = await db.query({ text, values: [String(version)], types })

@@ -1,10 +1,10 @@
 // Compiled by test/types.test.js with tsc --noEmit: the declarations must
 // describe the API as a TypeScript app uses it (and reject misuse below).
-import { FlagMeter, FlagMeterClosedError, type Decision, type Int, type ThresholdEvent } from 'flagmeter'
+import { FlagMeter, FlagMeterClosedError, type Decision, type FeatureConfig, type Int, type ThresholdEvent } from 'flagmeter'
 import { Client, Pool } from 'pg'
 
 async function main (): Promise<void> {
-  const fm = new FlagMeter({ pool: new Pool(), listen: 'postgres://localhost/app', maxInFlight: 4, maxGroup: 500 })
+  const fm = new FlagMeter({ pool: new Pool(), listen: 'postgres://localhost/app', maxInFlight: 4, maxGroup: 500, featureCacheSize: 5000 })
   const { counted }: { counted: boolean } = await fm.track('acme', 'api_calls', 1, { key: 'k', occurredAt: new Date() })
   const d: Decision = await fm.consume('acme', 'api_calls', 1n, { key: 'r' })
   const ds: Decision[] = await fm.consume('acme', ['api_calls', 'tokens'], [1, 800])
@@ -14,6 +14,13 @@ async function main (): Promise<void> {
   fm.on('threshold', (e: ThresholdEvent) => { const p: number = e.threshold; void p })
   fm.on('blocked', (e) => { const t: string = e.tenant; void t })
   fm.on('invalidate', (e) => { void e.all })
+  fm.on('feature_changed', (e) => { const on: boolean | null = e.enabled; const f: string = e.feature; void on; void f; void e.tenant })
+  const sso: boolean = await fm.hasFeature('acme', 'sso')
+  const cfg: FeatureConfig = await fm.featureConfig('acme', 'max_projects')
+  void sso; void cfg
+  // @ts-expect-error: hasFeature answers asynchronously (the first use of a tenant loads it)
+  const syncSso: boolean = fm.hasFeature('acme', 'sso')
+  void syncSso
   const n: number = await fm.transaction(async (tx) => { await tx.track('acme', 'api_calls'); return 1 })
   const own = new Client()
   const ok: boolean = await fm.transaction(own, async (tx) => (await tx.consume('acme', 'api_calls')).granted)
