@@ -180,7 +180,7 @@ for my $s ([ A => $a ], [ B => $b ])
 		"shard $s->[0] announced each set_limit to its own listeners");
 	is( db($s->[1], q{SELECT string_agg(concat_ws('/', plan, feature, enabled, config), ' ' ORDER BY version)
 		             FROM flagmeter.outbox WHERE kind = 'feature_changed'}),
-		'free/sso/false flex/sso/true flex/seats_max/true/{"max": 10}',
+		'free/sso/f flex/sso/t flex/seats_max/t/{"max": 10}',
 		"shard $s->[0] announced each set_feature to its own listeners");
 }
 my $prepared = 'SELECT count(*) FROM pg_prepared_xacts';
