@@ -28,6 +28,7 @@ OBJS = \
 	src/track_batch.o \
 	src/consume.o \
 	src/consume_batch.o \
+	src/grants.o \
 	src/reads.o \
 	src/void.o \
 	src/entitlements.o \

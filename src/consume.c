@@ -264,6 +264,20 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 	return decision;
 }
 
+/* One item's decision on current, with its grants when it has them. */
+static void
+decide_item(ConsumeItem *item, const FmCounter *current, TimestampTz now, bool record,
+			FmDecision *decision)
+{
+	if (item->limit.grants)
+		fm_decide_with_grants(&item->limit, current, item->amount, now, item->period_end,
+							  record, item->grants.available, decision, &item->draw);
+	else
+		fm_decide(&item->limit, current, item->amount, now, item->period_end, record,
+				  decision, NULL);
+	decision->meter = item->meter;
+}
+
 /*
  * Lock every item's stripe 0 and decide on it: all granted or all refused
  * (each refused decision then shows the usage unchanged).  Fills
@@ -294,13 +308,37 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 		lock_for_consume(tenant, order[i]->meter, order[i]->period_start,
 						 &order[i]->stripe0, &order[i]->tracked);
 
+	/*
+	 * The grants of the items past their quota, locked in the same order,
+	 * stripe 0 first (grants.h): an item within its quota locks none.
+	 */
+	for (i = 0; i < n; i++)
+	{
+		ConsumeItem *item = order[i];
+		FmCounter	current = item->stripe0;
+		FmCounter	next;
+
+		item->grants.n = 0;
+		item->grants.available = 0;
+		item->draw = 0;
+		if (!item->limit.grants)
+			continue;
+		fm_counter_report(fm_counter_merge(&current, &item->tracked));
+		next = current;
+		fm_counter_report(fm_counter_add_event(&next, item->amount, now));
+		if (fm_grants_needed(&item->limit, fm_used_of(&current, item->limit.aggregation),
+							 fm_used_of(&next, item->limit.aggregation)) > 0 ||
+			!item->limit.limited)
+			fm_grants_lock(tenant, item->meter, now, &item->grants);
+		else
+			item->grants.available = fm_grants_available(tenant, item->meter, now, false);
+	}
+
 	for (i = 0; i < n; i++)
 	{
 		currents[i] = items[i].stripe0;
 		fm_counter_report(fm_counter_merge(&currents[i], &items[i].tracked));
-		fm_decide(&items[i].limit, &currents[i], items[i].amount, now,
-				  items[i].period_end, true, &decisions[i], NULL);
-		decisions[i].meter = items[i].meter;
+		decide_item(&items[i], &currents[i], now, true, &decisions[i]);
 		if (!decisions[i].granted)
 			all_granted = false;
 		items[i].stripe0_after = items[i].stripe0;
@@ -311,9 +349,8 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 		return true;
 	for (i = 0; i < n; i++)
 	{
-		fm_decide(&items[i].limit, &currents[i], items[i].amount, now,
-				  items[i].period_end, false, &decisions[i], NULL);
-		decisions[i].meter = items[i].meter;
+		decide_item(&items[i], &currents[i], now, false, &decisions[i]);
+		decisions[i].from_grants = items[i].draw = 0;
 		fm_decision_refused_with_others(&decisions[i]);
 	}
 	return false;
@@ -364,15 +401,22 @@ record_items(const char *tenant, const char *key, ConsumeItem *items, int n,
 		args[5] = TimestampTzGetDatum(now);
 		args[6] = key ? CStringGetTextDatum(key) : (Datum) 0;
 		fm_execute(&record_consumed_stmt, args, key ? NULL : "      n", false, 0);
+		if (items[i].draw > 0)
+			fm_grants_draw(&items[i].grants, items[i].draw);
 		if (items[i].limit.limited)
-			fm_queue_usage_level(tenant, items[i].meter, &items[i].limit,
+		{
+			FmLimit		announce = fm_grants_announce_limit(&items[i].limit,
+															items[i].grants.available);
+
+			fm_queue_usage_level(tenant, items[i].meter, &announce,
 								 items[i].period_start, decisions[i].used);
+		}
 	}
 }
 
 /*
  * The heart of consume (consume.h).  The common call (one sum or count
- * meter, no key) takes consume_one's shorter path.
+ * meter, no key, no credit grants) takes consume_one's shorter path.
  */
 FmDecision *
 fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key,
@@ -395,7 +439,7 @@ fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key,
 						 &items[i].period_start, &items[i].period_end);
 	}
 
-	if (n == 1 && key == NULL &&
+	if (n == 1 && key == NULL && !items[0].limit.grants &&
 		(items[0].limit.aggregation == FM_AGG_SUM ||
 		 items[0].limit.aggregation == FM_AGG_COUNT))
 		decisions = consume_one(tenant, &items[0], now);
@@ -432,8 +476,8 @@ typedef struct TenantMeter
 static int
 compare_tenant_meters(const void *a, const void *b)
 {
-	const TenantMeter *x = a;
-	const TenantMeter *y = b;
+	const		TenantMeter *x = a;
+	const		TenantMeter *y = b;
 	int			c = strcmp(x->tenant, y->tenant);
 
 	return c != 0 ? c : strcmp(x->meter, y->meter);

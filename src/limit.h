@@ -36,6 +36,9 @@ typedef struct FmLimit
 	pg_tz	   *tz;
 	int			nthresholds;
 	int			thresholds[FM_MAX_THRESHOLDS];	/* percentages, ascending */
+	bool		grants;			/* the tenant was granted credits on the meter
+								 * (flagmeter.credit_accounts): its calls draw
+								 * from them past the quota (grants.h) */
 	int32		fingerprint;	/* of what decides the announcements: track
 								 * re-reads a period whose recheck figure was
 								 * worked out for another one */

@@ -16,6 +16,7 @@
 #include "args.h"
 #include "counter.h"
 #include "decision.h"
+#include "grants.h"
 #include "limit_lookup.h"
 #include "period.h"
 #include "pk_scan.h"
@@ -76,7 +77,16 @@ fm_check(PG_FUNCTION_ARGS)
 					 &period_start, &period_end);
 	current = scan_period(tenant, meter, period_start);
 
-	fm_decide(&limit, &current, amount, now, period_end, false, &decision, NULL);
+	if (limit.grants)
+	{
+		int64		draw;
+
+		fm_decide_with_grants(&limit, &current, amount, now, period_end, false,
+							  fm_grants_available(tenant, meter, now, true),
+							  &decision, &draw);
+	}
+	else
+		fm_decide(&limit, &current, amount, now, period_end, false, &decision, NULL);
 	decision.meter = meter;
 	tuple = fm_decision_tuple(desc, &decision);
 	PG_RETURN_DATUM(HeapTupleGetDatum(tuple));

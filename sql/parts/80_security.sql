@@ -92,6 +92,8 @@ REVOKE ALL ON FUNCTION flagmeter.delete_usage(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.recount_current_period(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.review_blocks(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.apply_limit_changes(jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.grant_credits(text, text, bigint, timestamptz, integer, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.void_grant(bigint) FROM PUBLIC;
 
 -- Maintenance, run as the owner.
 REVOKE ALL ON FUNCTION flagmeter.maintain() FROM PUBLIC;
@@ -151,7 +153,8 @@ BEGIN
 			'flagmeter.track_events(text[], text[], bigint[], timestamptz[], text[])',
 			'flagmeter.consume_batch(text[], text[], bigint[], text[], integer[])',
 			'flagmeter.has_feature(text, text)',
-			'flagmeter.feature_config(text, text)']) f;
+			'flagmeter.feature_config(text, text)',
+			'flagmeter.balance(text, text)']) f;
 	ELSIF access = 'listener' THEN
 		-- step 2 of the client protocol reads blocked and effective_limits,
 		-- latest_version() and changes_since() read the outbox
@@ -163,7 +166,7 @@ BEGIN
 			'flagmeter.status', 'flagmeter.effective_limits', 'flagmeter.stats',
 			'flagmeter.current_state', 'flagmeter.rollup_hour', 'flagmeter.rollup_day',
 			'flagmeter.events', 'flagmeter.voids', 'flagmeter.tenant_features',
-			'flagmeter.entitlements'] || config_tables || feature_tables) t;
+			'flagmeter.entitlements', 'flagmeter.grants'] || config_tables || feature_tables) t;
 	ELSE
 		-- the catalog functions are PL/pgSQL run as the caller; recounts,
 		-- unassign_tenant(forget_usage) and drop_meter(force) rewrite usage
@@ -189,14 +192,20 @@ BEGIN
 			'flagmeter.review_usage(text, text)',
 			'flagmeter.apply_limit_changes(jsonb)',
 			'flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[])',
-			'flagmeter.usage(text, text, timestamptz)']) f;
+			'flagmeter.usage(text, text, timestamptz)',
+			'flagmeter.grant_credits(text, text, bigint, timestamptz, integer, timestamptz, text)',
+			'flagmeter.void_grant(bigint)']) f;
+		-- grant_credits and void_grant write the grants with the caller's privileges
+		RETURN QUERY SELECT 'SELECT, INSERT, UPDATE', 'TABLE ' || t FROM unnest(ARRAY[
+			'flagmeter.credit_accounts', 'flagmeter.credit_grants']) t;
+		RETURN QUERY SELECT 'USAGE', 'SEQUENCE flagmeter.credit_grant_id';
 		RETURN QUERY SELECT 'SELECT, INSERT, UPDATE, DELETE', 'TABLE ' || t FROM unnest(ARRAY[
 			'flagmeter.plans', 'flagmeter.counters', 'flagmeter.pending_limit_changes'] || config_tables || feature_tables) t;
 		RETURN QUERY SELECT 'SELECT, DELETE', 'TABLE ' || t FROM unnest(ARRAY[
 			'flagmeter.events', 'flagmeter.event_keys', 'flagmeter.voids', 'flagmeter.rollup_hour',
 			'flagmeter.rollup_day', 'flagmeter.outbox']) t;
 		RETURN QUERY SELECT 'SELECT', 'TABLE ' || t FROM unnest(ARRAY[
-			'flagmeter.blocked', 'flagmeter.effective_limits']) t;
+			'flagmeter.blocked', 'flagmeter.effective_limits', 'flagmeter.grants']) t;
 	END IF;
 END $$;
 COMMENT ON FUNCTION flagmeter.access_privileges(text) IS
@@ -232,7 +241,7 @@ LANGUAGE sql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT flagmeter.change_access($1, $2, 'GRANT') $$;
 COMMENT ON FUNCTION flagmeter.grant_access(regrole, text) IS
-'grants a role the privileges of a layout: request (track, consume, check, usage, void), listener (the client protocol), dashboard (status, top_tenants, usage_series, stats) or admin (the catalog functions); see access_privileges()';
+'grants a role the privileges of a layout: request (track, consume, check, usage, void, balance), listener (the client protocol), dashboard (status, top_tenants, usage_series, stats, grants) or admin (the catalog functions, grant_credits, void_grant); see access_privileges()';
 
 CREATE FUNCTION flagmeter.revoke_access(role regrole, access text)
 RETURNS void

@@ -86,16 +86,17 @@ WHERE a.counter <> (SELECT merge_agg(s.counter)
                          usage_series(t, m, '2026-03-01', '2026-03-04', 'hour') s
                     WHERE s.bucket_start = a.bucket_start);
 SELECT pg_temp.try($$SELECT * FROM flagmeter.usage_series_all('nope', '2026-03-01', '2026-03-04')$$) AS unknown_meter,
-       pg_temp.try($$SELECT * FROM flagmeter.usage_series_all('calls', '2026-03-01', '2026-03-04', 'week')$$) AS bad_bucket;
+       pg_temp.try($$SELECT * FROM flagmeter.usage_series_all('calls', '2026-03-01', '2026-03-04', 'fortnight')$$) AS bad_bucket;
 
 -- The fence of partition 2 of 4 -----------------------------------------------------
 SELECT track('acme', 'calls', 1, now(), 'acme-key'), track('tyrell', 'calls', 1),
        override_limit('soylent', 'calls', 50), consume('hooli', 'seats', 1, 'hooli-key');
+SELECT grant_credits('acme', 'calls', 5, starts_at => now() + interval '1 day') > 0 AS acme_granted;
 SELECT fence_partition(4, 2);
 SELECT fence_partition(4, 2);	-- already fenced: nothing more
 SELECT tgrelid::regclass, tgname FROM pg_trigger
 WHERE tgname LIKE 'flagmeter_moving%' AND NOT tgisinternal AND tgparentid = 0
-ORDER BY 1::text, 2;
+ORDER BY tgrelid::regclass::text, 2;
 -- the tenants of partition 2 may not write
 SELECT pg_temp.try($$SELECT flagmeter.track('acme', 'calls')$$) AS track,
        pg_temp.try($$SELECT flagmeter.track_batch(ARRAY['hooli', 'tyrell'], ARRAY['calls', 'calls'], ARRAY[1, 1]::bigint[])$$) AS batch,
@@ -106,6 +107,9 @@ SELECT pg_temp.try($$SELECT flagmeter.consume('acme', ARRAY['calls', 'seats'], A
 SELECT pg_temp.try($$SELECT flagmeter.override_limit('acme', 'calls', 5)$$) AS override_limit,
        pg_temp.try($$SELECT flagmeter.drop_override('soylent', 'calls')$$) AS drop_override,
        pg_temp.try($$SELECT flagmeter.assign_plan('brand-new-in-2', 'small')$$) AS new_tenant;
+SELECT pg_temp.try($$SELECT flagmeter.grant_credits('acme', 'calls', 5)$$) AS grant_credits,
+       pg_temp.try($$SELECT flagmeter.void_grant(g.grant_id) FROM flagmeter.credit_grants g WHERE g.tenant = 'acme'$$) AS void_grant,
+       pg_temp.try($$SELECT flagmeter.grant_credits('hooli', 'calls', 5)$$) AS others_grant;
 SELECT partition_of('brand-new-in-2', 4) AS new_tenant_partition;
 -- what the fence says
 DO $$
@@ -165,6 +169,7 @@ END $$;
 SELECT assign_plan('acme', 'small');	-- a row in every table for partition 2
 SELECT track('acme', 'calls', 30);
 SELECT void('acme', 'acme-key');
+SELECT grant_credits('acme', 'calls', 5, starts_at => now() + interval '1 day') > 0 AS granted;
 SELECT events_folded > 0 AS folded FROM maintain();
 CREATE TEMP TABLE before_forget AS SELECT * FROM pg_temp.rows_by_partition();
 SELECT tbl, in_2 > 0 AS has_partition_2, elsewhere > 0 AS has_others FROM before_forget ORDER BY 1;

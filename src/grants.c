@@ -1,0 +1,232 @@
+/*
+ * grants.c
+ *	  Credit grants: locked, counted and drawn for consume, track and
+ *	  check (see grants.h for the order and the locking rule).
+ */
+#include "postgres.h"
+#include "fmgr.h"
+
+#include "catalog/pg_type.h"
+#include "common/int.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "counter.h"
+#include "grants.h"
+#include "statements.h"
+#include "usage_rows.h"
+
+/* an active grant at $3, as the calls see it */
+#define ACTIVE_GRANT(alias) \
+	" " alias ".tenant" FM_EQ "$1 AND " alias ".meter" FM_EQ "$2" \
+	" AND " alias ".voided_at IS NULL" \
+	" AND " alias ".starts_at OPERATOR(pg_catalog.<=) $3" \
+	" AND (" alias ".expires_at IS NULL OR " alias ".expires_at OPERATOR(pg_catalog.>) $3)" \
+	" AND " alias ".drawn OPERATOR(pg_catalog.<) " alias ".amount"
+
+/*
+ * Locked in id order by the inner query (its LockRows runs above its
+ * sort), returned in draw order by the outer one.  READ COMMITTED rechecks
+ * the condition on a row updated meanwhile: a grant voided or exhausted by
+ * the transaction waited for is left out.
+ */
+static FmStatement lock_grants_stmt = {
+	"SELECT g.grant_id, g.amount OPERATOR(pg_catalog.-) g.drawn FROM ("
+	"  SELECT c.grant_id, c.amount, c.drawn, c.priority, c.expires_at"
+	"  FROM flagmeter.credit_grants c WHERE" ACTIVE_GRANT("c")
+	"  ORDER BY c.grant_id FOR UPDATE) g"
+	" ORDER BY g.priority, g.expires_at NULLS LAST, g.grant_id",
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+static FmStatement available_stmt = {
+	"SELECT pg_catalog.sum(c.amount OPERATOR(pg_catalog.-) c.drawn)::pg_catalog.int8"
+	" FROM flagmeter.credit_grants c WHERE" ACTIVE_GRANT("c"),
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+static FmStatement draw_stmt = {
+	"UPDATE flagmeter.credit_grants g"
+	" SET drawn = g.drawn OPERATOR(pg_catalog.+) d.n"
+	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(id, n)"
+	" WHERE g.grant_id" FM_EQ "d.id",
+	2, {INT8ARRAYOID, INT8ARRAYOID}
+};
+
+static void
+grant_args(Datum *args, const char *tenant, const char *meter, TimestampTz now)
+{
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	args[2] = TimestampTzGetDatum(now);
+}
+
+void
+fm_grants_lock(const char *tenant, const char *meter, TimestampTz now,
+			   FmGrantsHeld *held)
+{
+	Datum		args[3];
+	uint64		i;
+
+	grant_args(args, tenant, meter, now);
+	fm_execute(&lock_grants_stmt, args, NULL, false, 0);
+	held->n = (int) SPI_processed;
+	held->ids = palloc(sizeof(int64) * Max(held->n, 1));
+	held->remaining = palloc(sizeof(int64) * Max(held->n, 1));
+	held->available = 0;
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		held->ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+												   SPI_tuptable->tupdesc, 1, &isnull));
+		held->remaining[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+														 SPI_tuptable->tupdesc, 2, &isnull));
+		if (pg_add_s64_overflow(held->available, held->remaining[i], &held->available))
+			held->available = PG_INT64_MAX;
+	}
+}
+
+int64
+fm_grants_available(const char *tenant, const char *meter, TimestampTz now,
+					bool read_only)
+{
+	Datum		args[3];
+	bool		isnull;
+	Datum		d;
+	int64		available = 0;
+
+	grant_args(args, tenant, meter, now);
+	SPI_connect();
+	fm_execute(&available_stmt, args, NULL, read_only, 1);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (!isnull)
+		available = DatumGetInt64(d);
+	SPI_finish();
+	return available;
+}
+
+void
+fm_grants_draw(FmGrantsHeld *held, int64 amount)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * Max(held->n, 1));
+	Datum	   *ns = palloc(sizeof(Datum) * Max(held->n, 1));
+	Datum		args[2];
+	int			n = 0;
+	int			i;
+
+	Assert(amount <= held->available);
+	for (i = 0; i < held->n && amount > 0; i++)
+	{
+		int64		take = Min(amount, held->remaining[i]);
+
+		if (take <= 0)
+			continue;
+		ids[n] = Int64GetDatum(held->ids[i]);
+		ns[n] = Int64GetDatum(take);
+		n++;
+		held->remaining[i] -= take;
+		held->available -= take;
+		amount -= take;
+	}
+	if (amount > 0)
+		elog(ERROR, "credit grants hold less than they were counted to");
+	if (n == 0)
+		return;
+	args[0] = fm_int8_array(ids, n);
+	args[1] = fm_int8_array(ns, n);
+	fm_execute(&draw_stmt, args, NULL, false, 0);
+	if (SPI_processed != (uint64) n)
+		elog(ERROR, "credit grants: drew from " UINT64_FORMAT " rows of %d",
+			 (uint64) SPI_processed, n);
+}
+
+int64
+fm_grants_needed(const FmLimit *limit, int64 used_before, int64 used_after)
+{
+	int64		quota = limit->limited ? limit->quota : 0;
+	int64		from = Max(quota, used_before);
+
+	return used_after > from ? used_after - from : 0;
+}
+
+void
+fm_decide_with_grants(const FmLimit *limit, const FmCounter *current,
+					  int64 amount, TimestampTz at, TimestampTz period_end,
+					  bool record, int64 available, FmDecision *decision,
+					  int64 *draw)
+{
+	FmCounter	next = *current;
+	int64		used_before = fm_used_of(current, limit->aggregation);
+	int64		used_after;
+	int64		need;
+	int64		quota_left;
+	bool		hard = !limit->limited || limit->hard;
+	bool		granted;
+
+	fm_counter_report(fm_counter_add_event(&next, amount, at));
+	used_after = fm_used_of(&next, limit->aggregation);
+	need = fm_grants_needed(limit, used_before, used_after);
+	granted = !hard || need <= available;
+	*draw = granted ? Min(need, available) : 0;
+
+	fm_decision_at(limit, granted, (record && granted) ? used_after : used_before,
+				   period_end, decision);
+	if (granted && limit->limited)
+		decision->reason = (*draw == need) ? FM_REASON_OK : FM_REASON_OVER_SOFT_LIMIT;
+	else if (granted)
+		decision->reason = FM_REASON_OK;
+	else
+		decision->reason = FM_REASON_QUOTA_EXCEEDED;
+
+	/* the balance: the quota left and what the grants hold, after the call */
+	quota_left = limit->limited ? decision->remaining : 0;
+	decision->from_grants = *draw;
+	decision->has_balance = true;
+	if (pg_add_s64_overflow(quota_left,
+							available - ((record && granted) ? *draw : 0),
+							&decision->balance))
+		decision->balance = PG_INT64_MAX;
+}
+
+FmLimit
+fm_grants_announce_limit(const FmLimit *limit, int64 grants_left)
+{
+	FmLimit		announce = *limit;
+
+	if (grants_left > 0 && announce.hard)
+	{
+		announce.hard = false;
+		/* recheck figures worked out for it are not the hard limit's */
+		announce.fingerprint = fm_limit_fingerprint(&announce);
+	}
+	return announce;
+}
+
+int64
+fm_grants_after_track(const char *tenant, const char *meter, const FmLimit *limit,
+					  TimestampTz period_start, int64 used_delta, TimestampTz now)
+{
+	FmCounter	total = fm_read_period(tenant, meter, period_start);
+	int64		used_after = fm_used_of(&total, limit->aggregation);
+	int64		quota = limit->limited ? limit->quota : 0;
+	FmGrantsHeld held;
+	int64		need;
+
+	if (used_after < quota)
+		return -1;
+
+	/*
+	 * Past the quota: stripe 0 then the grants, as consume locks them, and
+	 * the period again in a snapshot taken once they are held (READ
+	 * COMMITTED), so that a consume or track that drew before is counted.
+	 */
+	fm_lock_stripe0(tenant, meter, period_start);
+	fm_grants_lock(tenant, meter, now, &held);
+	total = fm_read_period(tenant, meter, period_start);
+	used_after = fm_used_of(&total, limit->aggregation);
+	need = fm_grants_needed(limit, used_after - used_delta, used_after);
+	fm_grants_draw(&held, Min(need, held.available));
+	return held.available;
+}
