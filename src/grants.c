@@ -14,6 +14,7 @@
 
 #include "counter.h"
 #include "grants.h"
+#include "notify.h"
 #include "statements.h"
 #include "usage_rows.h"
 
@@ -32,8 +33,9 @@
  * the transaction waited for is left out.
  */
 static FmStatement lock_grants_stmt = {
-	"SELECT g.grant_id, g.amount OPERATOR(pg_catalog.-) g.drawn FROM ("
-	"  SELECT c.grant_id, c.amount, c.drawn, c.priority, c.expires_at"
+	"SELECT g.grant_id, g.amount OPERATOR(pg_catalog.-) g.drawn, g.amount,"
+	" COALESCE(g.low_balance_percent, 0) FROM ("
+	"  SELECT c.grant_id, c.amount, c.drawn, c.priority, c.expires_at, c.low_balance_percent"
 	"  FROM flagmeter.credit_grants c WHERE" ACTIVE_GRANT("c")
 	"  ORDER BY c.grant_id FOR UPDATE) g"
 	" ORDER BY g.priority, g.expires_at NULLS LAST, g.grant_id",
@@ -71,18 +73,24 @@ fm_grants_lock(const char *tenant, const char *meter, TimestampTz now,
 
 	grant_args(args, tenant, meter, now);
 	fm_execute(&lock_grants_stmt, args, NULL, false, 0);
+	held->tenant = tenant;
+	held->meter = meter;
 	held->n = (int) SPI_processed;
 	held->ids = palloc(sizeof(int64) * Max(held->n, 1));
 	held->remaining = palloc(sizeof(int64) * Max(held->n, 1));
+	held->amounts = palloc(sizeof(int64) * Max(held->n, 1));
+	held->low_percents = palloc(sizeof(int) * Max(held->n, 1));
 	held->available = 0;
 	for (i = 0; i < SPI_processed; i++)
 	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
 
-		held->ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
-												   SPI_tuptable->tupdesc, 1, &isnull));
-		held->remaining[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
-														 SPI_tuptable->tupdesc, 2, &isnull));
+		held->ids[i] = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+		held->remaining[i] = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
+		held->amounts[i] = DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull));
+		held->low_percents[i] = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
 		if (pg_add_s64_overflow(held->available, held->remaining[i], &held->available))
 			held->available = PG_INT64_MAX;
 	}
@@ -107,6 +115,55 @@ fm_grants_available(const char *tenant, const char *meter, TimestampTz now,
 	return available;
 }
 
+/* Under low_percent of amount: remaining * 100 < amount * low_percent, exactly. */
+static bool
+grant_low(int64 remaining, int64 amount, int low_percent)
+{
+	int64		r100,
+				scaled;
+
+	if (low_percent <= 0)
+		return false;
+	if (pg_mul_s64_overflow(remaining, 100, &r100))
+		return false;
+	if (pg_mul_s64_overflow(amount, low_percent, &scaled))
+		return true;
+	return r100 < scaled;
+}
+
+static void
+queue_grant_event(const FmGrantsHeld *held, int i, FmQuotaEventKind kind, int64 remaining)
+{
+	FmQuotaEvent event;
+
+	memset(&event, 0, sizeof(event));
+	event.kind = kind;
+	event.tenant = held->tenant;
+	event.meter = held->meter;
+	event.grant_id = held->ids[i];
+	event.threshold = held->low_percents[i];
+	event.has_usage = true;
+	event.used = held->amounts[i] - remaining;
+	event.has_quota = true;
+	event.quota = held->amounts[i];
+	event.nthresholds = -1;
+	fm_queue_quota_event(&event);
+}
+
+/* What taking take from grant i crosses: its low mark, its end. */
+static void
+queue_grant_events(const FmGrantsHeld *held, int i, int64 take)
+{
+	int64		before = held->remaining[i];
+	int64		after = before - take;
+
+	if (!grant_low(before, held->amounts[i], held->low_percents[i]) &&
+		grant_low(after, held->amounts[i], held->low_percents[i]))
+		queue_grant_event(held, i, FM_EVENT_GRANT_LOW, after);
+	if (after == 0)
+		queue_grant_event(held, i, FM_EVENT_GRANT_EXHAUSTED, after);
+}
+
 void
 fm_grants_draw(FmGrantsHeld *held, int64 amount)
 {
@@ -126,6 +183,7 @@ fm_grants_draw(FmGrantsHeld *held, int64 amount)
 		ids[n] = Int64GetDatum(held->ids[i]);
 		ns[n] = Int64GetDatum(take);
 		n++;
+		queue_grant_events(held, i, take);
 		held->remaining[i] -= take;
 		held->available -= take;
 		amount -= take;
@@ -202,6 +260,59 @@ fm_grants_announce_limit(const FmLimit *limit, int64 grants_left)
 		announce.fingerprint = fm_limit_fingerprint(&announce);
 	}
 	return announce;
+}
+
+/* the grants expired with units left and no grant_expired announced yet */
+static FmStatement expired_grants_stmt = {
+	"SELECT c.grant_id, c.tenant, c.meter, c.amount, c.drawn"
+	" FROM flagmeter.credit_grants c"
+	" WHERE c.voided_at IS NULL AND c.expires_at OPERATOR(pg_catalog.<=) $1"
+	" AND c.drawn OPERATOR(pg_catalog.<) c.amount"
+	" AND NOT EXISTS (SELECT FROM flagmeter.outbox o WHERE o.grant_id" FM_EQ "c.grant_id"
+	"                 AND o.kind" FM_EQ "'grant_expired'::pg_catalog.text)"
+	" ORDER BY c.grant_id",
+	1, {TIMESTAMPTZOID}
+};
+
+/*
+ * announce_expired_grants() -> integer: queues grant_expired for every grant
+ * that expired with units left and was not announced yet (maintain() calls
+ * it; an expired grant is never drawn whether or not this ran).  Returns
+ * how many it queued.
+ */
+PG_FUNCTION_INFO_V1(fm_announce_expired_grants);
+Datum
+fm_announce_expired_grants(PG_FUNCTION_ARGS)
+{
+	Datum		args[1];
+	uint64		i;
+	uint64		n;
+
+	args[0] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	SPI_connect();
+	fm_execute(&expired_grants_stmt, args, NULL, false, 0);
+	n = SPI_processed;
+	for (i = 0; i < n; i++)
+	{
+		HeapTuple	row = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		FmQuotaEvent event;
+
+		memset(&event, 0, sizeof(event));
+		event.kind = FM_EVENT_GRANT_EXPIRED;
+		event.grant_id = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+		event.tenant = TextDatumGetCString(SPI_getbinval(row, desc, 2, &isnull));
+		event.meter = TextDatumGetCString(SPI_getbinval(row, desc, 3, &isnull));
+		event.has_quota = true;
+		event.quota = DatumGetInt64(SPI_getbinval(row, desc, 4, &isnull));
+		event.has_usage = true;
+		event.used = DatumGetInt64(SPI_getbinval(row, desc, 5, &isnull));
+		event.nthresholds = -1;
+		fm_queue_quota_event(&event);
+	}
+	SPI_finish();
+	PG_RETURN_INT32((int32) n);
 }
 
 int64

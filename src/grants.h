@@ -29,9 +29,13 @@
 /* The active grants of one (tenant, meter), locked, in draw order. */
 typedef struct FmGrantsHeld
 {
+	const char *tenant;
+	const char *meter;
 	int			n;
 	int64	   *ids;
 	int64	   *remaining;
+	int64	   *amounts;
+	int		   *low_percents;	/* 0: no grant_low event */
 	int64		available;		/* sum of remaining */
 } FmGrantsHeld;
 
@@ -46,7 +50,10 @@ extern void fm_grants_lock(const char *tenant, const char *meter, TimestampTz no
 extern int64 fm_grants_available(const char *tenant, const char *meter,
 								 TimestampTz now, bool read_only);
 
-/* Draw amount (at most held->available) from held, in draw order. */
+/*
+ * Draw amount (at most held->available) from held, in draw order, queueing
+ * grant_low and grant_exhausted for the grants it takes there (notify.h).
+ */
 extern void fm_grants_draw(FmGrantsHeld *held, int64 amount);
 
 /*

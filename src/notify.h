@@ -31,7 +31,12 @@ typedef enum FmQuotaEventKind
 	FM_EVENT_UNBLOCKED,			/* usage is back under a hard limit */
 	FM_EVENT_LIMIT_CHANGED,		/* a plan's limit or a tenant's override
 								 * changed */
-	FM_EVENT_PLAN_CHANGED		/* a tenant moved to another plan */
+	FM_EVENT_PLAN_CHANGED,		/* a tenant moved to another plan */
+	/* credit grants (grants.c), each once per grant: */
+	FM_EVENT_GRANT_LOW,			/* remaining fell under its
+								 * low_balance_percent */
+	FM_EVENT_GRANT_EXHAUSTED,	/* nothing left */
+	FM_EVENT_GRANT_EXPIRED		/* expired with units left */
 } FmQuotaEventKind;
 
 /* Fields of a quota event; NULL strings / has_* false for absent ones. */
@@ -55,6 +60,9 @@ typedef struct FmQuotaEvent
 	const char *mode;			/* "hard" or "soft" */
 	int			nthresholds;	/* -1: absent */
 	int			thresholds[FM_MAX_THRESHOLDS];
+	int64		grant_id;		/* grant events: the grant; used is what was
+								 * drawn, quota its amount, threshold the
+								 * percent of grant_low */
 } FmQuotaEvent;
 
 extern void fm_notify_init(void);

@@ -53,6 +53,9 @@ CREATE TABLE flagmeter.credit_grants (
 	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	voided_at		timestamptz,
 	idempotency_key	text,
+	-- grant_low is announced when remaining falls under this share of amount
+	low_balance_percent	integer CONSTRAINT credit_grants_low_balance_valid
+		CHECK (low_balance_percent OPERATOR(pg_catalog.>=) 1 AND low_balance_percent OPERATOR(pg_catalog.<=) 99),
 	CONSTRAINT credit_grants_expiry_valid
 		CHECK (expires_at IS NULL OR expires_at OPERATOR(pg_catalog.>) starts_at),
 	CONSTRAINT credit_grants_key UNIQUE (tenant, idempotency_key),
@@ -71,7 +74,8 @@ SELECT pg_catalog.pg_extension_config_dump('flagmeter.credit_grant_id', '');
 
 CREATE FUNCTION flagmeter.grant_credits(tenant text, meter text, amount bigint,
 	expires_at timestamptz DEFAULT NULL, priority integer DEFAULT 0,
-	starts_at timestamptz DEFAULT pg_catalog.now(), idempotency_key text DEFAULT NULL)
+	starts_at timestamptz DEFAULT pg_catalog.now(), idempotency_key text DEFAULT NULL,
+	low_balance_percent integer DEFAULT 10)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -104,6 +108,10 @@ BEGIN
 		RAISE EXCEPTION 'idempotency_key must be 1 to 256 bytes' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	SELECT m.aggregation INTO aggregation FROM flagmeter.meters m WHERE m.meter = grant_credits.meter;
+	IF low_balance_percent IS NOT NULL AND (low_balance_percent < 1 OR low_balance_percent > 99) THEN
+		RAISE EXCEPTION 'low_balance_percent must be 1 to 99, not %', low_balance_percent
+			USING ERRCODE = 'invalid_parameter_value', HINT = 'NULL announces no grant_low.';
+	END IF;
 	IF aggregation NOT IN ('sum', 'count') THEN
 		RAISE EXCEPTION 'meter "%" is a % meter: credits are units of sum and count meters', meter, aggregation
 			USING ERRCODE = 'feature_not_supported';
@@ -116,9 +124,10 @@ BEGIN
 		ON CONFLICT DO NOTHING;
 	END IF;
 	INSERT INTO flagmeter.credit_grants AS c
-		(tenant, meter, amount, priority, starts_at, expires_at, idempotency_key)
+		(tenant, meter, amount, priority, starts_at, expires_at, idempotency_key, low_balance_percent)
 	VALUES (grant_credits.tenant, grant_credits.meter, grant_credits.amount, grant_credits.priority,
-	        grant_credits.starts_at, grant_credits.expires_at, grant_credits.idempotency_key)
+	        grant_credits.starts_at, grant_credits.expires_at, grant_credits.idempotency_key,
+	        grant_credits.low_balance_percent)
 	ON CONFLICT ON CONSTRAINT credit_grants_key DO NOTHING
 	RETURNING c.grant_id INTO id;
 	IF id IS NULL THEN
@@ -144,8 +153,15 @@ BEGIN
 	END LOOP;
 	RETURN id;
 END $$;
-COMMENT ON FUNCTION flagmeter.grant_credits(text, text, bigint, timestamptz, integer, timestamptz, text) IS
-'grants a tenant amount units of a sum or count meter on top of its period quota, usable from starts_at until expires_at (NULL: never); drawn lowest priority first, then soonest expiry, then oldest; a tenant without a limit on the meter is limited by its grants alone; a retried idempotency key returns the grant it made; returns the grant''s id';
+COMMENT ON FUNCTION flagmeter.grant_credits(text, text, bigint, timestamptz, integer, timestamptz, text, integer) IS
+'grants a tenant amount units of a sum or count meter on top of its period quota, usable from starts_at until expires_at (NULL: never); drawn lowest priority first, then soonest expiry, then oldest; a tenant without a limit on the meter is limited by its grants alone; grant_low is announced once its remaining falls under low_balance_percent of amount (NULL: never), grant_exhausted when nothing is left, grant_expired (by maintain) when it expires with units left; a retried idempotency key returns the grant it made; returns the grant''s id';
+
+CREATE FUNCTION flagmeter.announce_expired_grants()
+RETURNS integer
+AS 'MODULE_PATHNAME', 'fm_announce_expired_grants'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.announce_expired_grants() IS
+'queues grant_expired (announced at commit) for every grant that expired with units left and was not announced yet; maintain() calls it; returns how many';
 
 CREATE FUNCTION flagmeter.void_grant(grant_id bigint)
 RETURNS boolean

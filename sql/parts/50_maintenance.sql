@@ -457,6 +457,7 @@ BEGIN
 	-- instances that missed notifications (queue too full) are told to
 	-- resync; both announce at commit.
 	PERFORM flagmeter.review_blocks();
+	PERFORM flagmeter.announce_expired_grants();
 	PERFORM flagmeter.send_resync_hint();
 	-- A threshold row is what makes a threshold announced once per period:
 	-- it goes only when its period has surely ended (the longest periods

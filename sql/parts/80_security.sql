@@ -92,7 +92,7 @@ REVOKE ALL ON FUNCTION flagmeter.delete_usage(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.recount_current_period(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.review_blocks(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.apply_limit_changes(jsonb) FROM PUBLIC;
-REVOKE ALL ON FUNCTION flagmeter.grant_credits(text, text, bigint, timestamptz, integer, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.grant_credits(text, text, bigint, timestamptz, integer, timestamptz, text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.void_grant(bigint) FROM PUBLIC;
 
 -- Maintenance, run as the owner.
@@ -103,6 +103,7 @@ REVOKE ALL ON FUNCTION flagmeter.summarize_event_partitions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.create_partitions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_expired_partitions(xid8) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.send_resync_hint() FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.announce_expired_grants() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.schedule(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.unschedule() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.configure(interval, integer, text) FROM PUBLIC;
@@ -193,7 +194,7 @@ BEGIN
 			'flagmeter.apply_limit_changes(jsonb)',
 			'flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[])',
 			'flagmeter.usage(text, text, timestamptz)',
-			'flagmeter.grant_credits(text, text, bigint, timestamptz, integer, timestamptz, text)',
+			'flagmeter.grant_credits(text, text, bigint, timestamptz, integer, timestamptz, text, integer)',
 			'flagmeter.void_grant(bigint)']) f;
 		-- grant_credits and void_grant write the grants with the caller's privileges
 		RETURN QUERY SELECT 'SELECT, INSERT, UPDATE', 'TABLE ' || t FROM unnest(ARRAY[

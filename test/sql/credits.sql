@@ -196,3 +196,39 @@ SELECT granted, reason FROM consume('latecomer', 'tokens', 5);
 SELECT grant_credits('latecomer', 'tokens', 3);
 SELECT granted, reason, from_grants, balance FROM consume('latecomer', 'tokens', 5);
 SELECT granted, reason, from_grants, balance FROM consume('latecomer', 'tokens', 3);
+
+-- 13. Grant events: grant_low (remaining under low_balance_percent of the
+-- amount), grant_exhausted, grant_expired, each once per grant, at commit ---------
+SELECT pg_temp.try($$SELECT grant_credits('acme', 'api_calls', 5, low_balance_percent => 0)$$) AS zero,
+       pg_temp.try($$SELECT grant_credits('acme', 'api_calls', 5, low_balance_percent => 100)$$) AS hundred;
+SELECT grant_credits('evt', 'tokens', 100, low_balance_percent => 25) AS e1,
+       grant_credits('evt', 'tokens', 10, low_balance_percent => NULL, priority => 1) AS e2,
+       grant_credits('evt', 'tokens', 50, now() + interval '1 day', priority => 2) AS e3,
+       grant_credits('evt', 'tokens', 50, now() + interval '1 day', priority => 3) AS e4
+\gset
+CREATE TEMP VIEW evt_events AS
+SELECT kind, grant_id - :e1 + 1 AS g, threshold, used, quota FROM outbox
+WHERE tenant = 'evt' AND grant_id IS NOT NULL ORDER BY version;
+-- 25 left of 100 is not under 25 %; 24 is
+SELECT granted, from_grants FROM consume('evt', 'tokens', 75);
+SELECT * FROM evt_events;
+SELECT granted, from_grants FROM consume('evt', 'tokens', 1);
+SELECT * FROM evt_events;
+-- a rolled-back draw announces nothing
+BEGIN;
+SELECT granted, from_grants FROM consume('evt', 'tokens', 24);
+ROLLBACK;
+SELECT count(*) AS evt_events FROM evt_events;
+-- one call: the rest of g1 (low already announced: only exhausted), all of
+-- g2 (no low mark: only exhausted), and g3 down to 4 of 50 (low)
+SELECT granted, from_grants FROM consume('evt', 'tokens', 80);
+SELECT * FROM evt_events;
+-- grant_expired: maintain() announces a grant that expired with units left,
+-- once; an exhausted or voided one is not announced
+SELECT void_grant(:e4);
+UPDATE credit_grants SET starts_at = now() - interval '1 day', expires_at = now() - interval '1 second'
+WHERE grant_id IN (:e1, :e3, :e4);
+SELECT events_folded >= 0 AS maintained FROM maintain();
+SELECT * FROM evt_events;
+SELECT announce_expired_grants() AS announced_again;
+SELECT pg_temp.try($$SELECT announce('grant_exhausted', 'evt', 'tokens')$$) AS not_by_hand;

@@ -20,7 +20,8 @@ const { track } = require('./sql/track')
 const { consume } = require('./sql/consume')
 const { consumeMeters } = require('./sql/consumeMeters')
 
-const EVENT_KINDS = ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed', 'invalidate']
+const EVENT_KINDS = ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed',
+  'grant_low', 'grant_exhausted', 'grant_expired', 'invalidate']
 
 /** Calls that run in one transaction the caller holds: unbatched. */
 class Transaction {

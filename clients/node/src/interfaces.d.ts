@@ -143,7 +143,21 @@ export interface PlanChangedEvent extends QuotaEventBase {
   plan: string
 }
 
-export type QuotaEvent = ThresholdEvent | BlockedEvent | UnblockedEvent | LimitChangedEvent | PlanChangedEvent
+/** A credit grant ran low (threshold: its low_balance_percent), ran out, or expired with units left. */
+export interface GrantEvent extends QuotaEventBase {
+  kind: 'grant_low' | 'grant_exhausted' | 'grant_expired'
+  tenant: string
+  meter: string
+  grantId: Int
+  /** grant_low: the grant's low_balance_percent */
+  threshold?: number
+  /** what was drawn from the grant */
+  used: Int
+  /** the grant's amount */
+  quota: Int
+}
+
+export type QuotaEvent = ThresholdEvent | BlockedEvent | UnblockedEvent | LimitChangedEvent | PlanChangedEvent | GrantEvent
 
 /** Rows of an app table changed (no version; not kept in the outbox). */
 export interface InvalidateEvent {
@@ -165,6 +179,9 @@ export interface FlagMeterEvents {
   unblocked: [UnblockedEvent]
   limit_changed: [LimitChangedEvent]
   plan_changed: [PlanChangedEvent]
+  grant_low: [GrantEvent]
+  grant_exhausted: [GrantEvent]
+  grant_expired: [GrantEvent]
   invalidate: [InvalidateEvent]
   /** errors of the LISTEN session (it reconnects by itself) */
   error: [Error]

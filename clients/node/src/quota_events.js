@@ -6,7 +6,8 @@
 
 const { toInt } = require('./numbers')
 
-const QUOTA_KINDS = new Set(['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed'])
+const QUOTA_KINDS = new Set(['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed',
+  'grant_low', 'grant_exhausted', 'grant_expired'])
 
 // What each kind carries when its payload is whole (README, "What is
 // announced"); a payload shrunk to fit 1 kB lacks some, and is then read
@@ -16,7 +17,11 @@ const REQUIRED = {
   blocked: ['tenant', 'meter', 'period_start', 'used', 'quota'],
   unblocked: ['tenant', 'meter', 'period_start'],
   limit_changed: ['meter'],
-  plan_changed: ['tenant', 'plan']
+  plan_changed: ['tenant', 'plan'],
+  // credit grants: used is what was drawn, quota the grant's amount
+  grant_low: ['tenant', 'meter', 'grant_id', 'threshold', 'used', 'quota'],
+  grant_exhausted: ['tenant', 'meter', 'grant_id', 'used', 'quota'],
+  grant_expired: ['tenant', 'meter', 'grant_id', 'used', 'quota']
 }
 
 function periodStart (value) {
@@ -41,6 +46,7 @@ function quotaEvent (raw, source) {
   if (raw.threshold != null) e.threshold = Number(raw.threshold)
   if (raw.used != null) e.used = int(raw.used)
   if (raw.quota != null) e.quota = int(raw.quota)
+  if (raw.grant_id != null) e.grantId = int(raw.grant_id)
   e.source = source
   return e
 }
