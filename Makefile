@@ -29,6 +29,7 @@ OBJS = \
 	src/consume.o \
 	src/consume_batch.o \
 	src/grants.o \
+	src/reservations.o \
 	src/reads.o \
 	src/void.o \
 	src/entitlements.o \

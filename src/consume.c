@@ -30,6 +30,7 @@
 #include "limit_lookup.h"
 #include "notify.h"
 #include "period.h"
+#include "reservations.h"
 #include "track_alerts.h"
 #include "usage_rows.h"
 
@@ -264,17 +265,24 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 	return decision;
 }
 
-/* One item's decision on current, with its grants when it has them. */
+/* One item's decision on current, with its grants and holds when it has them. */
 static void
 decide_item(ConsumeItem *item, const FmCounter *current, TimestampTz now, bool record,
 			FmDecision *decision)
 {
-	if (item->limit.grants)
+	if (item->limit.grants || item->limit.reserves)
 		fm_decide_with_grants(&item->limit, current, item->amount, now, item->period_end,
-							  record, item->grants.available, decision, &item->draw);
+							  record, item->force, item->grants.available, item->held,
+							  decision, &item->draw);
 	else
-		fm_decide(&item->limit, current, item->amount, now, item->period_end, record,
+	{
+		FmLimit		limit = item->limit;
+
+		if (item->force)
+			limit.hard = false; /* a settle: the usage happened */
+		fm_decide(&limit, current, item->amount, now, item->period_end, record,
 				  decision, NULL);
+	}
 	decision->meter = item->meter;
 }
 
@@ -309,8 +317,10 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 						 &order[i]->stripe0, &order[i]->tracked);
 
 	/*
-	 * The grants of the items past their quota, locked in the same order,
-	 * stripe 0 first (grants.h): an item within its quota locks none.
+	 * The holds of reservations (they change only under stripe 0's lock),
+	 * then the grants of the items past their quota or sharing it with holds,
+	 * locked in the same order, stripe 0 first (grants.h): an item within its
+	 * quota and without holds locks none.
 	 */
 	for (i = 0; i < n; i++)
 	{
@@ -321,6 +331,8 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 		item->grants.n = 0;
 		item->grants.available = 0;
 		item->draw = 0;
+		item->held = item->limit.reserves ?
+			fm_reservations_held(tenant, item->meter, now, false) : 0;
 		if (!item->limit.grants)
 			continue;
 		fm_counter_report(fm_counter_merge(&current, &item->tracked));
@@ -328,7 +340,7 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 		fm_counter_report(fm_counter_add_event(&next, item->amount, now));
 		if (fm_grants_needed(&item->limit, fm_used_of(&current, item->limit.aggregation),
 							 fm_used_of(&next, item->limit.aggregation)) > 0 ||
-			!item->limit.limited)
+			!item->limit.limited || item->held > 0)
 			fm_grants_lock(tenant, item->meter, now, &item->grants);
 		else
 			item->grants.available = fm_grants_available(tenant, item->meter, now, false);
@@ -439,7 +451,8 @@ fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key,
 						 &items[i].period_start, &items[i].period_end);
 	}
 
-	if (n == 1 && key == NULL && !items[0].limit.grants &&
+	if (n == 1 && key == NULL && !items[0].limit.grants && !items[0].limit.reserves &&
+		!items[0].force &&
 		(items[0].limit.aggregation == FM_AGG_SUM ||
 		 items[0].limit.aggregation == FM_AGG_COUNT))
 		decisions = consume_one(tenant, &items[0], now);

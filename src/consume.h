@@ -29,6 +29,9 @@ typedef struct ConsumeItem
 	FmCounter	stripe0_after;	/* stripe 0 once the item is recorded */
 	FmGrantsHeld grants;		/* locked when the item needs them */
 	int64		draw;			/* what the item draws from them */
+	int64		held;			/* what reservations hold (reservations.h) */
+	bool		force;			/* never refused: a settle records usage that
+								 * happened */
 } ConsumeItem;
 
 /*

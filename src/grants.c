@@ -212,21 +212,35 @@ fm_grants_needed(const FmLimit *limit, int64 used_before, int64 used_after)
 void
 fm_decide_with_grants(const FmLimit *limit, const FmCounter *current,
 					  int64 amount, TimestampTz at, TimestampTz period_end,
-					  bool record, int64 available, FmDecision *decision,
-					  int64 *draw)
+					  bool record, bool force, int64 available, int64 held,
+					  FmDecision *decision, int64 *draw)
 {
 	FmCounter	next = *current;
 	int64		used_before = fm_used_of(current, limit->aggregation);
 	int64		used_after;
 	int64		need;
 	int64		quota_left;
-	bool		hard = !limit->limited || limit->hard;
+	int64		room;
+	bool		hard = !force && (!limit->limited || limit->hard);
 	bool		granted;
 
 	fm_counter_report(fm_counter_add_event(&next, amount, at));
 	used_after = fm_used_of(&next, limit->aggregation);
+	if (!limit->limited && !limit->grants)
+	{
+		/* unlimited, with holds only: nothing to decide or draw */
+		*draw = 0;
+		fm_decision_at(limit, true, record ? used_after : used_before, period_end, decision);
+		return;
+	}
 	need = fm_grants_needed(limit, used_before, used_after);
-	granted = !hard || need <= available;
+
+	/* the room: the quota left and the grants, less what others hold */
+	room = limit->limited && used_before < limit->quota ? limit->quota - used_before : 0;
+	if (pg_add_s64_overflow(room, available, &room))
+		room = PG_INT64_MAX;
+	room -= held;
+	granted = !hard || used_after - used_before <= room;
 	*draw = granted ? Min(need, available) : 0;
 
 	fm_decision_at(limit, granted, (record && granted) ? used_after : used_before,
@@ -243,9 +257,11 @@ fm_decide_with_grants(const FmLimit *limit, const FmCounter *current,
 	decision->from_grants = *draw;
 	decision->has_balance = true;
 	if (pg_add_s64_overflow(quota_left,
-							available - ((record && granted) ? *draw : 0),
+							available - ((record && granted) ? *draw : 0) - held,
 							&decision->balance))
 		decision->balance = PG_INT64_MAX;
+	if (decision->balance < 0)
+		decision->balance = 0;
 }
 
 FmLimit

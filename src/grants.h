@@ -64,16 +64,19 @@ extern void fm_grants_draw(FmGrantsHeld *held, int64 amount);
 extern int64 fm_grants_needed(const FmLimit *limit, int64 used_before, int64 used_after);
 
 /*
- * fm_decide for a tenant with grants, available being what its active
- * grants hold: granted when quota plus grants cover the amount (hard
- * limits, and unlimited tenants with grants), or always (soft limits).
- * *draw is what grants give when it is recorded.  The decision reports
- * from_grants and the balance (after the call when recorded and granted).
+ * fm_decide for a tenant with grants or reservations, available being what
+ * its active grants hold and held what its active reservations hold:
+ * granted when quota plus grants, less the holds, cover the amount (hard
+ * limits, and unlimited tenants with grants), or always (soft limits, and
+ * force: a settle records usage that happened).  *draw is what grants give
+ * when it is recorded (the part of the usage past the quota).  The
+ * decision reports from_grants and the balance, net of the holds (after
+ * the call when recorded and granted).
  */
 extern void fm_decide_with_grants(const FmLimit *limit, const FmCounter *current,
 								  int64 amount, TimestampTz at, TimestampTz period_end,
-								  bool record, int64 available, FmDecision *decision,
-								  int64 *draw);
+								  bool record, bool force, int64 available, int64 held,
+								  FmDecision *decision, int64 *draw);
 
 /*
  * The limit to queue usage levels with: a hard limit does not block while

@@ -452,7 +452,10 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 	bool		onull[4];
 	bool		assigned;
 	bool		overridden = false;
-	bool		granted;
+	static const char *const account_columns[] = {"grants", "reservations"};
+	Datum		a[2];
+	bool		anull[2];
+	bool		account;
 	const PlanLimitEntry *pl;
 	Snapshot	snapshot;
 
@@ -465,7 +468,7 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 	if (assigned)
 		overridden = fm_pk_fetch("overrides", 2, keys, snapshot, 4, override_columns,
 								 o, onull);
-	granted = fm_pk_fetch("credit_accounts", 2, keys, snapshot, 0, NULL, NULL, NULL);
+	account = fm_pk_fetch("credit_accounts", 2, keys, snapshot, 2, account_columns, a, anull);
 	if (!read_only)
 		UnregisterSnapshot(snapshot);
 
@@ -475,8 +478,9 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 	limit->assigned = assigned;
 	limit->aggregation = pl->aggregation;
 	/* grants are units of sum and count meters only (grant_credits says so) */
-	limit->grants = granted &&
+	limit->grants = account && DatumGetBool(a[0]) &&
 		(pl->aggregation == FM_AGG_SUM || pl->aggregation == FM_AGG_COUNT);
+	limit->reserves = account && DatumGetBool(a[1]) && pl->aggregation == FM_AGG_SUM;
 	limit->limited = overridden || pl->limited;
 	limit->quota = overridden ? DatumGetInt64(o[0]) : pl->quota;
 	if (overridden && !onull[1])

@@ -14,19 +14,24 @@
 -- says otherwise), so a prepaid balance is a tenant without a limit and
 -- with grants.  The C side is src/grants.c.
 --
---   credit_accounts  the (tenant, meter) pairs ever granted credits: their
---                    calls look at grants (cached with the limits)
+--   credit_accounts  the (tenant, meter) pairs ever granted credits or
+--                    given a reservation: their calls look at grants and
+--                    holds (cached with the limits)
 --   credit_grants    one row per grant: amount, what was drawn, its order
+--   reservations     amounts held against quota and grants until settled,
+--                    released or expired (reserve, settle, release)
 -- ---------------------------------------------------------------------------
 
 CREATE TABLE flagmeter.credit_accounts (
 	tenant		text NOT NULL,
 	meter		text NOT NULL REFERENCES flagmeter.meters ON DELETE CASCADE,
 	created_at	timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	grants		boolean NOT NULL DEFAULT true,
+	reservations	boolean NOT NULL DEFAULT false,
 	PRIMARY KEY (tenant, meter)
 );
 COMMENT ON TABLE flagmeter.credit_accounts IS
-'the tenants and meters that have been granted credits: their consumes, tracks and checks look at their grants; one without a limit on the meter is limited by its grants alone';
+'the tenants and meters that have been granted credits (grants) or made a reservation (reservations): their consumes, tracks and checks look at their grants and holds; one without a limit on the meter but with grants is limited by its grants alone';
 
 -- A new pair changes what the calls do for it: the limits' caches are
 -- emptied as for any catalog change (grant_credits inserts only new pairs).
@@ -118,10 +123,10 @@ BEGIN
 	END IF;
 
 	IF NOT EXISTS (SELECT FROM flagmeter.credit_accounts a
-	               WHERE a.tenant = grant_credits.tenant AND a.meter = grant_credits.meter) THEN
-		INSERT INTO flagmeter.credit_accounts (tenant, meter)
+	               WHERE a.tenant = grant_credits.tenant AND a.meter = grant_credits.meter AND a.grants) THEN
+		INSERT INTO flagmeter.credit_accounts AS a (tenant, meter)
 		VALUES (grant_credits.tenant, grant_credits.meter)
-		ON CONFLICT DO NOTHING;
+		ON CONFLICT ON CONSTRAINT credit_accounts_pkey DO UPDATE SET grants = true;
 	END IF;
 	INSERT INTO flagmeter.credit_grants AS c
 		(tenant, meter, amount, priority, starts_at, expires_at, idempotency_key, low_balance_percent)
@@ -215,3 +220,63 @@ LANGUAGE sql STABLE PARALLEL SAFE
 AS $$ SELECT (flagmeter.check($1, $2, 0)).balance $$;
 COMMENT ON FUNCTION flagmeter.balance(text, text) IS
 'what a tenant may still use of a meter now: the period quota remaining plus what its active credit grants hold; NULL when unlimited and never granted credits';
+
+-- Reservations --------------------------------------------------------------------
+-- reserve holds an amount against quota and grants, under the period's
+-- stripe 0 lock as consume decides: every consume and reserve of the
+-- tenant's meter counts the holds as used, until settle records the actual
+-- usage (as a consume that is never refused: the work was done), release
+-- gives the hold back, or the ttl passes (then it counts for nobody, at
+-- once: holds are active only while expires_at is after the transaction's
+-- start).  maintain() only deletes old rows.  Sum meters only.
+
+CREATE SEQUENCE flagmeter.reservation_id;
+COMMENT ON SEQUENCE flagmeter.reservation_id IS 'ids of reservations';
+
+CREATE TABLE flagmeter.reservations (
+	reservation_id	bigint PRIMARY KEY DEFAULT pg_catalog.nextval('flagmeter.reservation_id'),
+	tenant			text NOT NULL,
+	meter			text NOT NULL REFERENCES flagmeter.meters ON DELETE CASCADE,
+	amount			bigint NOT NULL CONSTRAINT reservations_amount_positive
+		CHECK (amount OPERATOR(pg_catalog.>) 0),
+	created_at		timestamptz NOT NULL,
+	expires_at		timestamptz NOT NULL,
+	settled_at		timestamptz,
+	actual			bigint,
+	released_at		timestamptz,
+	idempotency_key	text,
+	CONSTRAINT reservations_key UNIQUE (tenant, idempotency_key)
+);
+COMMENT ON TABLE flagmeter.reservations IS
+'amounts held against a tenant''s quota and grants: active until settled (actual recorded), released, or expires_at; maintain() deletes them once expired for longer than the retention';
+
+-- the holds a decision counts, by (tenant, meter)
+CREATE INDEX reservations_open ON flagmeter.reservations (tenant, meter)
+	WHERE settled_at IS NULL AND released_at IS NULL;
+
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.reservations', '');
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.reservation_id', '');
+
+CREATE FUNCTION flagmeter.reserve(tenant text, meter text, amount bigint,
+	ttl interval DEFAULT '5 minutes', idempotency_key text DEFAULT NULL,
+	OUT granted boolean, OUT reservation_id bigint, OUT reserved bigint,
+	OUT expires_at timestamptz, OUT balance bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'fm_reserve'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.reserve(text, text, bigint, interval, text) IS
+'holds amount of a sum meter against the tenant''s quota and credit grants for ttl, all or nothing as a hard-limit consume decides: granted with a reservation_id, or refused (reservation_id NULL); balance is what is left after it; a retried idempotency key returns the reservation it made';
+
+CREATE FUNCTION flagmeter.settle(reservation_id bigint, actual bigint)
+RETURNS flagmeter.decision
+AS 'MODULE_PATHNAME', 'fm_settle'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.settle(bigint, bigint) IS
+'ends a reservation by recording actual (>= 0) as usage, as a consume that is never refused (more than reserved goes past the limits as overage, hard or soft), drawing grants past the quota; the rest of the hold is freed; an error once settled, released or expired';
+
+CREATE FUNCTION flagmeter.release(reservation_id bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'fm_release'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.release(bigint) IS
+'gives a reservation''s hold back without recording usage; false when it was settled, released or expired already';

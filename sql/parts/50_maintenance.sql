@@ -449,6 +449,7 @@ BEGIN
 	DELETE FROM flagmeter.event_keys k WHERE k.recorded_at < cutoff;
 	GET DIAGNOSTICS keys_expired = ROW_COUNT;
 	DELETE FROM flagmeter.voids v WHERE v.voided_at < cutoff AND v.xid < high;
+	DELETE FROM flagmeter.reservations r WHERE r.expires_at < cutoff;
 
 	periods_compacted := flagmeter.compact_counters();
 	PERFORM flagmeter.summarize_event_partitions();

@@ -108,7 +108,8 @@ BEGIN
 		                      ('tenants', 'DELETE', 'OLD', '_old'),
 		                      ('overrides', 'INSERT OR UPDATE', 'NEW', '_new'),
 		                      ('overrides', 'DELETE', 'OLD', '_old'),
-		                      ('credit_grants', 'INSERT OR UPDATE', 'NEW', '_new')) v(tbl, ops, rec, suffix)
+		                      ('credit_grants', 'INSERT OR UPDATE', 'NEW', '_new'),
+		                      ('reservations', 'INSERT OR UPDATE', 'NEW', '_new')) v(tbl, ops, rec, suffix)
 	LOOP
 		EXECUTE format('CREATE TRIGGER %I BEFORE %s ON flagmeter.%I FOR EACH ROW'
 		               ' WHEN (flagmeter.partition_of(%s.tenant, %s) OPERATOR(pg_catalog.=) %s)'
@@ -145,7 +146,7 @@ BEGIN
 		WHERE tg.tgname IN (name || '_new', name || '_old')
 		  AND tg.tgrelid IN ('flagmeter.events'::regclass, 'flagmeter.voids'::regclass,
 		                     'flagmeter.tenants'::regclass, 'flagmeter.overrides'::regclass,
-		                     'flagmeter.credit_grants'::regclass)
+		                     'flagmeter.credit_grants'::regclass, 'flagmeter.reservations'::regclass)
 	LOOP
 		EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
 	END LOOP;
@@ -188,7 +189,7 @@ BEGIN
 	END IF;
 	-- every table with a tenant column (the regression test shards lists them)
 	FOREACH tbl IN ARRAY ARRAY['events', 'voids', 'counters', 'event_keys', 'rollup_hour', 'rollup_day',
-	                           'blocked', 'outbox', 'credit_grants', 'credit_accounts', 'overrides',
+	                           'blocked', 'outbox', 'reservations', 'credit_grants', 'credit_accounts', 'overrides',
 	                           'tenants']
 	LOOP
 		IF tbl = 'overrides' THEN

@@ -94,6 +94,9 @@ REVOKE ALL ON FUNCTION flagmeter.review_blocks(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.apply_limit_changes(jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.grant_credits(text, text, bigint, timestamptz, integer, timestamptz, text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.void_grant(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.reserve(text, text, bigint, interval, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.settle(bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.release(bigint) FROM PUBLIC;
 
 -- Maintenance, run as the owner.
 REVOKE ALL ON FUNCTION flagmeter.maintain() FROM PUBLIC;
@@ -155,7 +158,10 @@ BEGIN
 			'flagmeter.consume_batch(text[], text[], bigint[], text[], integer[])',
 			'flagmeter.has_feature(text, text)',
 			'flagmeter.feature_config(text, text)',
-			'flagmeter.balance(text, text)']) f;
+			'flagmeter.balance(text, text)',
+			'flagmeter.reserve(text, text, bigint, interval, text)',
+			'flagmeter.settle(bigint, bigint)',
+			'flagmeter.release(bigint)']) f;
 	ELSIF access = 'listener' THEN
 		-- step 2 of the client protocol reads blocked and effective_limits,
 		-- latest_version() and changes_since() read the outbox

@@ -382,6 +382,9 @@ SELECT meter, granted, used FROM flagmeter.consume('r-hooli', ARRAY['api_calls',
 SELECT granted, used FROM flagmeter.check('r-hooli', 'api_calls', 1);
 SELECT flagmeter.used(flagmeter.usage('r-acme', 'api_calls'));
 SELECT flagmeter.balance('r-acme', 'api_calls');
+SELECT granted, reserved FROM flagmeter.reserve('r-acme', 'api_calls', 5, idempotency_key => 'r-res1');
+SELECT granted, used FROM flagmeter.settle((flagmeter.reserve('r-acme', 'api_calls', 5, idempotency_key => 'r-res1')).reservation_id, 2);
+SELECT flagmeter.release((flagmeter.reserve('r-acme', 'api_calls', 1)).reservation_id);
 SELECT flagmeter.void('r-acme', 'r-k1');
 -- but cannot change limits or plans, nor touch the tables
 SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
@@ -406,6 +409,7 @@ SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
 	($$SELECT flagmeter.void_grant(1)$$),
 	($$UPDATE flagmeter.credit_grants SET drawn = 0$$),
 	($$SELECT * FROM flagmeter.grants$$),
+	($$SELECT * FROM flagmeter.reservations$$),
 	($$UPDATE flagmeter.limits SET quota = 1000000$$),
 	($$INSERT INTO flagmeter.overrides VALUES ('r-acme', 'api_calls', 1000000)$$),
 	($$DELETE FROM flagmeter.counters$$),

@@ -110,6 +110,8 @@ SELECT pg_temp.try($$SELECT flagmeter.override_limit('acme', 'calls', 5)$$) AS o
 SELECT pg_temp.try($$SELECT flagmeter.grant_credits('acme', 'calls', 5)$$) AS grant_credits,
        pg_temp.try($$SELECT flagmeter.void_grant(g.grant_id) FROM flagmeter.credit_grants g WHERE g.tenant = 'acme'$$) AS void_grant,
        pg_temp.try($$SELECT flagmeter.grant_credits('hooli', 'calls', 5)$$) AS others_grant;
+SELECT pg_temp.try($$SELECT flagmeter.reserve('acme', 'calls', 1)$$) AS reserve,
+       pg_temp.try($$SELECT flagmeter.reserve('hooli', 'calls', 1)$$) AS others_reserve;
 SELECT partition_of('brand-new-in-2', 4) AS new_tenant_partition;
 -- what the fence says
 DO $$
@@ -167,6 +169,7 @@ BEGIN
 	END LOOP;
 END $$;
 SELECT assign_plan('acme', 'small');	-- a row in every table for partition 2
+SELECT reservation_id > 0 AS reserved FROM reserve('acme', 'calls', 1, '1 day');
 SELECT track('acme', 'calls', 30);
 SELECT void('acme', 'acme-key');
 SELECT grant_credits('acme', 'calls', 5, starts_at => now() + interval '1 day') > 0 AS granted;
