@@ -48,12 +48,15 @@ static FmStatement available_stmt = {
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
+/*
+ * One grant by its primary key: a call draws from one grant or two, and a
+ * join with an array of them was planned (generically) as a scan of the
+ * whole table.
+ */
 static FmStatement draw_stmt = {
-	"UPDATE flagmeter.credit_grants g"
-	" SET drawn = g.drawn OPERATOR(pg_catalog.+) d.n"
-	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS d(id, n)"
-	" WHERE g.grant_id" FM_EQ "d.id",
-	2, {INT8ARRAYOID, INT8ARRAYOID}
+	"UPDATE flagmeter.credit_grants SET drawn = drawn OPERATOR(pg_catalog.+) $2"
+	" WHERE grant_id" FM_EQ "$1",
+	2, {INT8OID, INT8OID}
 };
 
 static void
@@ -167,10 +170,7 @@ queue_grant_events(const FmGrantsHeld *held, int i, int64 take)
 void
 fm_grants_draw(FmGrantsHeld *held, int64 amount)
 {
-	Datum	   *ids = palloc(sizeof(Datum) * Max(held->n, 1));
-	Datum	   *ns = palloc(sizeof(Datum) * Max(held->n, 1));
 	Datum		args[2];
-	int			n = 0;
 	int			i;
 
 	Assert(amount <= held->available);
@@ -180,9 +180,11 @@ fm_grants_draw(FmGrantsHeld *held, int64 amount)
 
 		if (take <= 0)
 			continue;
-		ids[n] = Int64GetDatum(held->ids[i]);
-		ns[n] = Int64GetDatum(take);
-		n++;
+		args[0] = Int64GetDatum(held->ids[i]);
+		args[1] = Int64GetDatum(take);
+		fm_execute(&draw_stmt, args, NULL, false, 0);
+		if (SPI_processed != 1)
+			elog(ERROR, "credit grant " INT64_FORMAT " could not be drawn from", held->ids[i]);
 		queue_grant_events(held, i, take);
 		held->remaining[i] -= take;
 		held->available -= take;
@@ -190,14 +192,6 @@ fm_grants_draw(FmGrantsHeld *held, int64 amount)
 	}
 	if (amount > 0)
 		elog(ERROR, "credit grants hold less than they were counted to");
-	if (n == 0)
-		return;
-	args[0] = fm_int8_array(ids, n);
-	args[1] = fm_int8_array(ns, n);
-	fm_execute(&draw_stmt, args, NULL, false, 0);
-	if (SPI_processed != (uint64) n)
-		elog(ERROR, "credit grants: drew from " UINT64_FORMAT " rows of %d",
-			 (uint64) SPI_processed, n);
 }
 
 int64
