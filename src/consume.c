@@ -51,6 +51,28 @@ static FmStatement lock_for_consume_stmt = {
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
+/*
+ * The same for a tenant with credit grants, and its active grants locked
+ * too, in the same statement, after stripe 0 (the grants' branch runs
+ * last): (is stripe 0, counter) rows, then FM_LOCK_GRANTS_ROWS' columns
+ * from the third.  The grants are locked only when stripe 0 was (the
+ * one-time condition is decided when that branch starts): a call that
+ * must create stripe 0 first holds no grant while it waits for it.
+ */
+static FmStatement lock_for_consume_grants_stmt = {
+	"SELECT false, o.counter, NULL::pg_catalog.int8, NULL::pg_catalog.int8,"
+	" NULL::pg_catalog.int8, NULL::pg_catalog.int4 FROM flagmeter.counters o"
+	" WHERE o.tenant" FM_EQ "$1 AND o.meter" FM_EQ "$2 AND o.period_start" FM_EQ "$3"
+	" AND" FM_IS_TRACK_STRIPE("o.stripe")
+	" UNION ALL"
+	" SELECT true, l.counter, NULL, NULL, NULL, NULL"
+	" FROM (" FM_STRIPE0_SELECT " FOR UPDATE) l"
+	" UNION ALL"
+	" SELECT NULL, NULL, r.* FROM ("
+	FM_LOCK_GRANTS_ROWS("$4", " AND EXISTS (" FM_STRIPE0_SELECT ")") ") r",
+	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+};
+
 /* consume's write: stripe 0 (locked) gets its new value, and the event */
 static FmStatement record_consumed_stmt = {
 	"WITH event AS ("
@@ -113,26 +135,30 @@ static FmStatement consume_count_stmt = {
 
 /*
  * Lock stripe 0 of the period for consume (creating it first if needed)
- * and read it and the tracked usage, in one statement.
+ * and read it and the tracked usage, in one statement; with grants not
+ * NULL, lock and read the active grants at now in it too.
  */
 static void
 lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start,
-				 FmCounter *stripe0, FmCounter *tracked)
+				 TimestampTz now, FmCounter *stripe0, FmCounter *tracked,
+				 FmGrantsHeld *grants)
 {
-	Datum		args[3];
+	FmStatement *stmt = grants ? &lock_for_consume_grants_stmt : &lock_for_consume_stmt;
+	Datum		args[4];
 	bool		found = false;
 	bool		isnull;
 	uint64		i;
 
 	fm_period_args(args, tenant, meter, period_start);
-	fm_execute(&lock_for_consume_stmt, args, NULL, false, 0);
+	args[3] = TimestampTzGetDatum(now);
+	fm_execute(stmt, args, NULL, false, 0);
 	for (i = 0; i < SPI_processed && !found; i++)
 		found = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-										   1, &isnull));
+										   1, &isnull)) && !isnull;
 	if (!found)
 	{
 		fm_create_stripe0(args);
-		fm_execute(&lock_for_consume_stmt, args, NULL, false, 0);
+		fm_execute(stmt, args, NULL, false, 0);
 	}
 
 	*stripe0 = fm_empty_counter();
@@ -142,8 +168,11 @@ lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start
 	{
 		bool		is_stripe0 = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
 															SPI_tuptable->tupdesc, 1, &isnull));
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
+		Datum		d;
 
+		if (isnull)
+			continue;			/* a grant's row */
+		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
 		fm_counter_report(fm_counter_merge(is_stripe0 ? stripe0 : tracked,
 										   DatumGetFmCounterP(d)));
 		found = found || is_stripe0;
@@ -151,6 +180,8 @@ lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start
 	if (!found)
 		elog(ERROR, "could not lock the counter of tenant \"%s\" meter \"%s\"",
 			 tenant, meter);
+	if (grants)
+		fm_grants_from_result(tenant, meter, 3, grants);
 }
 
 static int
@@ -312,38 +343,23 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 	for (i = 0; i < n; i++)
 		order[i] = &items[i];
 	qsort(order, n, sizeof(ConsumeItem *), compare_items_by_meter);
-	for (i = 0; i < n; i++)
-		lock_for_consume(tenant, order[i]->meter, order[i]->period_start,
-						 &order[i]->stripe0, &order[i]->tracked);
-
 	/*
-	 * The holds of reservations (they change only under stripe 0's lock),
-	 * then the grants of the items past their quota or sharing it with holds,
-	 * locked in the same order, stripe 0 first (grants.h): an item within its
-	 * quota and without holds locks none.
+	 * Each item's stripe 0, and for a tenant with credit grants its active
+	 * grants with it, stripe 0 first (grants.h); then the holds of
+	 * reservations, which change only under stripe 0's lock.
 	 */
 	for (i = 0; i < n; i++)
 	{
 		ConsumeItem *item = order[i];
-		FmCounter	current = item->stripe0;
-		FmCounter	next;
 
 		item->grants.n = 0;
 		item->grants.available = 0;
 		item->draw = 0;
+		lock_for_consume(tenant, item->meter, item->period_start, now,
+						 &item->stripe0, &item->tracked,
+						 item->limit.grants ? &item->grants : NULL);
 		item->held = item->limit.reserves ?
 			fm_reservations_held(tenant, item->meter, now, false) : 0;
-		if (!item->limit.grants)
-			continue;
-		fm_counter_report(fm_counter_merge(&current, &item->tracked));
-		next = current;
-		fm_counter_report(fm_counter_add_event(&next, item->amount, now));
-		if (fm_grants_needed(&item->limit, fm_used_of(&current, item->limit.aggregation),
-							 fm_used_of(&next, item->limit.aggregation)) > 0 ||
-			!item->limit.limited || item->held > 0)
-			fm_grants_lock(tenant, item->meter, now, &item->grants);
-		else
-			item->grants.available = fm_grants_available(tenant, item->meter, now, false);
 	}
 
 	for (i = 0; i < n; i++)
@@ -524,7 +540,8 @@ fm_lock_consume_periods(char **tenants, char **meters, int n)
 			continue;
 		fm_load_limit(pairs[i].tenant, pairs[i].meter, false, &limit);
 		fm_period_bounds(limit.period, limit.anchor, limit.tz, now, &start, &end);
-		lock_for_consume(pairs[i].tenant, pairs[i].meter, start, &stripe0, &tracked);
+		lock_for_consume(pairs[i].tenant, pairs[i].meter, start, now, &stripe0, &tracked,
+						 NULL);
 	}
 	SPI_finish();
 	pfree(pairs);

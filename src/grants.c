@@ -18,33 +18,14 @@
 #include "statements.h"
 #include "usage_rows.h"
 
-/* an active grant at $3, as the calls see it */
-#define ACTIVE_GRANT(alias) \
-	" " alias ".tenant" FM_EQ "$1 AND " alias ".meter" FM_EQ "$2" \
-	" AND " alias ".voided_at IS NULL" \
-	" AND " alias ".starts_at OPERATOR(pg_catalog.<=) $3" \
-	" AND (" alias ".expires_at IS NULL OR " alias ".expires_at OPERATOR(pg_catalog.>) $3)" \
-	" AND " alias ".drawn OPERATOR(pg_catalog.<) " alias ".amount"
-
-/*
- * Locked in id order by the inner query (its LockRows runs above its
- * sort), returned in draw order by the outer one.  READ COMMITTED rechecks
- * the condition on a row updated meanwhile: a grant voided or exhausted by
- * the transaction waited for is left out.
- */
 static FmStatement lock_grants_stmt = {
-	"SELECT g.grant_id, g.amount OPERATOR(pg_catalog.-) g.drawn, g.amount,"
-	" COALESCE(g.low_balance_percent, 0) FROM ("
-	"  SELECT c.grant_id, c.amount, c.drawn, c.priority, c.expires_at, c.low_balance_percent"
-	"  FROM flagmeter.credit_grants c WHERE" ACTIVE_GRANT("c")
-	"  ORDER BY c.grant_id FOR UPDATE) g"
-	" ORDER BY g.priority, g.expires_at NULLS LAST, g.grant_id",
+	FM_LOCK_GRANTS_ROWS("$3", ""),
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
 static FmStatement available_stmt = {
 	"SELECT pg_catalog.sum(c.amount OPERATOR(pg_catalog.-) c.drawn)::pg_catalog.int8"
-	" FROM flagmeter.credit_grants c WHERE" ACTIVE_GRANT("c"),
+	" FROM flagmeter.credit_grants c WHERE" FM_ACTIVE_GRANT("c", "$3"),
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
@@ -72,30 +53,43 @@ fm_grants_lock(const char *tenant, const char *meter, TimestampTz now,
 			   FmGrantsHeld *held)
 {
 	Datum		args[3];
-	uint64		i;
 
 	grant_args(args, tenant, meter, now);
 	fm_execute(&lock_grants_stmt, args, NULL, false, 0);
+	fm_grants_from_result(tenant, meter, 1, held);
+}
+
+void
+fm_grants_from_result(const char *tenant, const char *meter, int first,
+					  FmGrantsHeld *held)
+{
+	uint64		i;
+
 	held->tenant = tenant;
 	held->meter = meter;
-	held->n = (int) SPI_processed;
-	held->ids = palloc(sizeof(int64) * Max(held->n, 1));
-	held->remaining = palloc(sizeof(int64) * Max(held->n, 1));
-	held->amounts = palloc(sizeof(int64) * Max(held->n, 1));
-	held->low_percents = palloc(sizeof(int) * Max(held->n, 1));
+	held->n = 0;
+	held->ids = palloc(sizeof(int64) * Max(SPI_processed, 1));
+	held->remaining = palloc(sizeof(int64) * Max(SPI_processed, 1));
+	held->amounts = palloc(sizeof(int64) * Max(SPI_processed, 1));
+	held->low_percents = palloc(sizeof(int) * Max(SPI_processed, 1));
 	held->available = 0;
 	for (i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	row = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
+		Datum		id = SPI_getbinval(row, desc, first, &isnull);
+		int			n = held->n;
 
-		held->ids[i] = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
-		held->remaining[i] = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
-		held->amounts[i] = DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull));
-		held->low_percents[i] = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
-		if (pg_add_s64_overflow(held->available, held->remaining[i], &held->available))
+		if (isnull)
+			continue;
+		held->ids[n] = DatumGetInt64(id);
+		held->remaining[n] = DatumGetInt64(SPI_getbinval(row, desc, first + 1, &isnull));
+		held->amounts[n] = DatumGetInt64(SPI_getbinval(row, desc, first + 2, &isnull));
+		held->low_percents[n] = DatumGetInt32(SPI_getbinval(row, desc, first + 3, &isnull));
+		if (pg_add_s64_overflow(held->available, held->remaining[n], &held->available))
 			held->available = PG_INT64_MAX;
+		held->n++;
 	}
 }
 

@@ -39,9 +39,39 @@ typedef struct FmGrantsHeld
 	int64		available;		/* sum of remaining */
 } FmGrantsHeld;
 
+/* an active grant at now_param ($1 tenant, $2 meter), as the calls see it */
+#define FM_ACTIVE_GRANT(alias, now_param) \
+	" " alias ".tenant OPERATOR(pg_catalog.=) $1 AND " alias ".meter OPERATOR(pg_catalog.=) $2" \
+	" AND " alias ".voided_at IS NULL" \
+	" AND " alias ".starts_at OPERATOR(pg_catalog.<=) " now_param \
+	" AND (" alias ".expires_at IS NULL OR " alias ".expires_at OPERATOR(pg_catalog.>) " now_param ")" \
+	" AND " alias ".drawn OPERATOR(pg_catalog.<) " alias ".amount"
+
+/*
+ * The rows of the active grants, locked in id order by the inner query
+ * (its LockRows runs above its sort), in draw order: (grant_id, remaining,
+ * amount, low percent).  READ COMMITTED rechecks the condition on a row
+ * updated meanwhile: a grant voided or used up by the transaction waited
+ * for is left out.  where adds a condition (" AND ...") or nothing.
+ */
+#define FM_LOCK_GRANTS_ROWS(now_param, where) \
+	"SELECT g.grant_id, g.amount OPERATOR(pg_catalog.-) g.drawn, g.amount," \
+	" COALESCE(g.low_balance_percent, 0) FROM (" \
+	"  SELECT c.grant_id, c.amount, c.drawn, c.priority, c.expires_at, c.low_balance_percent" \
+	"  FROM flagmeter.credit_grants c WHERE" FM_ACTIVE_GRANT("c", now_param) where \
+	"  ORDER BY c.grant_id FOR UPDATE) g" \
+	" ORDER BY g.priority, g.expires_at NULLS LAST, g.grant_id"
+
 /* Lock the grants active at now, in id order (see above). */
 extern void fm_grants_lock(const char *tenant, const char *meter, TimestampTz now,
 						   FmGrantsHeld *held);
+
+/*
+ * The grants of the rows of the current SPI result whose column first (a
+ * grant_id, of FM_LOCK_GRANTS_ROWS' columns) is not NULL, in their order.
+ */
+extern void fm_grants_from_result(const char *tenant, const char *meter, int first,
+								  FmGrantsHeld *held);
 
 /*
  * What the active grants hold, unlocked (for the balance a decision

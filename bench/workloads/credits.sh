@@ -8,7 +8,7 @@
 # also spares the set-up 10 000 assign_plan calls.  The peer is the consume
 # workload's call on tenants never granted credits (one conditional
 # UPDATE).  A diagnostic row times 1 000 tenants with grants that are still
-# within their plan's quota (the locking path, no grant locked).
+# within their plan's quota (stripe 0 and the grants locked, none drawn).
 
 register_workload credits "consume drawing from 3 active grants vs consume without grants ($TENANTS tenants)"
 
@@ -47,7 +47,7 @@ SQL
 	ratio_row credits "$CLIENTS" credits.fm_consume_grants credits.fm_consume_plain \
 		"consume without grants" 0.8 "" "every call draws: stripe 0 and 3 grants locked, one drawn"
 	diag_row credits "$CLIENTS" credits.fm_consume_grants_within credits.fm_consume_plain \
-		"consume without grants" "1 000 tenants with 3 grants within their quota: no grant locked, their sum read for the balance"
+		"consume without grants" "1 000 tenants with 3 grants within their quota: stripe 0 and the grants locked, none drawn"
 	echo "    grants: $(psql_q "SELECT count(*) FILTER (WHERE drawn > amount) || ' over-drawn, ' ||
 		sum(drawn) || ' units drawn' FROM flagmeter.credit_grants")"
 }
