@@ -28,6 +28,8 @@ OBJS = \
 	src/track_batch.o \
 	src/consume.o \
 	src/consume_batch.o \
+	src/grants.o \
+	src/reservations.o \
 	src/reads.o \
 	src/void.o \
 	src/entitlements.o \

@@ -30,6 +30,7 @@
 #include "limit_lookup.h"
 #include "notify.h"
 #include "period.h"
+#include "reservations.h"
 #include "track_alerts.h"
 #include "usage_rows.h"
 
@@ -48,6 +49,28 @@ static FmStatement lock_for_consume_stmt = {
 	" UNION ALL"
 	" SELECT true, l.counter FROM (" FM_STRIPE0_SELECT " FOR UPDATE) l",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+/*
+ * The same for a tenant with credit grants, and its active grants locked
+ * too, in the same statement, after stripe 0 (the grants' branch runs
+ * last): (is stripe 0, counter) rows, then FM_LOCK_GRANTS_ROWS' columns
+ * from the third.  The grants are locked only when stripe 0 was (the
+ * one-time condition is decided when that branch starts): a call that
+ * must create stripe 0 first holds no grant while it waits for it.
+ */
+static FmStatement lock_for_consume_grants_stmt = {
+	"SELECT false, o.counter, NULL::pg_catalog.int8, NULL::pg_catalog.int8,"
+	" NULL::pg_catalog.int8, NULL::pg_catalog.int4 FROM flagmeter.counters o"
+	" WHERE o.tenant" FM_EQ "$1 AND o.meter" FM_EQ "$2 AND o.period_start" FM_EQ "$3"
+	" AND" FM_IS_TRACK_STRIPE("o.stripe")
+	" UNION ALL"
+	" SELECT true, l.counter, NULL, NULL, NULL, NULL"
+	" FROM (" FM_STRIPE0_SELECT " FOR UPDATE) l"
+	" UNION ALL"
+	" SELECT NULL, NULL, r.* FROM ("
+	FM_LOCK_GRANTS_ROWS("$4", " AND EXISTS (" FM_STRIPE0_SELECT ")") ") r",
+	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
 /* consume's write: stripe 0 (locked) gets its new value, and the event */
@@ -112,26 +135,30 @@ static FmStatement consume_count_stmt = {
 
 /*
  * Lock stripe 0 of the period for consume (creating it first if needed)
- * and read it and the tracked usage, in one statement.
+ * and read it and the tracked usage, in one statement; with grants not
+ * NULL, lock and read the active grants at now in it too.
  */
 static void
 lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start,
-				 FmCounter *stripe0, FmCounter *tracked)
+				 TimestampTz now, FmCounter *stripe0, FmCounter *tracked,
+				 FmGrantsHeld *grants)
 {
-	Datum		args[3];
+	FmStatement *stmt = grants ? &lock_for_consume_grants_stmt : &lock_for_consume_stmt;
+	Datum		args[4];
 	bool		found = false;
 	bool		isnull;
 	uint64		i;
 
 	fm_period_args(args, tenant, meter, period_start);
-	fm_execute(&lock_for_consume_stmt, args, NULL, false, 0);
+	args[3] = TimestampTzGetDatum(now);
+	fm_execute(stmt, args, NULL, false, 0);
 	for (i = 0; i < SPI_processed && !found; i++)
 		found = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-										   1, &isnull));
+										   1, &isnull)) && !isnull;
 	if (!found)
 	{
 		fm_create_stripe0(args);
-		fm_execute(&lock_for_consume_stmt, args, NULL, false, 0);
+		fm_execute(stmt, args, NULL, false, 0);
 	}
 
 	*stripe0 = fm_empty_counter();
@@ -141,8 +168,11 @@ lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start
 	{
 		bool		is_stripe0 = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
 															SPI_tuptable->tupdesc, 1, &isnull));
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
+		Datum		d;
 
+		if (isnull)
+			continue;			/* a grant's row */
+		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
 		fm_counter_report(fm_counter_merge(is_stripe0 ? stripe0 : tracked,
 										   DatumGetFmCounterP(d)));
 		found = found || is_stripe0;
@@ -150,6 +180,8 @@ lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start
 	if (!found)
 		elog(ERROR, "could not lock the counter of tenant \"%s\" meter \"%s\"",
 			 tenant, meter);
+	if (grants)
+		fm_grants_from_result(tenant, meter, 3, grants);
 }
 
 static int
@@ -264,6 +296,27 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 	return decision;
 }
 
+/* One item's decision on current, with its grants and holds when it has them. */
+static void
+decide_item(ConsumeItem *item, const FmCounter *current, TimestampTz now, bool record,
+			FmDecision *decision)
+{
+	if (item->limit.grants || item->limit.reserves)
+		fm_decide_with_grants(&item->limit, current, item->amount, now, item->period_end,
+							  record, item->force, item->grants.available, item->held,
+							  decision, &item->draw);
+	else
+	{
+		FmLimit		limit = item->limit;
+
+		if (item->force)
+			limit.hard = false; /* a settle: the usage happened */
+		fm_decide(&limit, current, item->amount, now, item->period_end, record,
+				  decision, NULL);
+	}
+	decision->meter = item->meter;
+}
+
 /*
  * Lock every item's stripe 0 and decide on it: all granted or all refused
  * (each refused decision then shows the usage unchanged).  Fills
@@ -290,17 +343,30 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 	for (i = 0; i < n; i++)
 		order[i] = &items[i];
 	qsort(order, n, sizeof(ConsumeItem *), compare_items_by_meter);
+	/*
+	 * Each item's stripe 0, and for a tenant with credit grants its active
+	 * grants with it, stripe 0 first (grants.h); then the holds of
+	 * reservations, which change only under stripe 0's lock.
+	 */
 	for (i = 0; i < n; i++)
-		lock_for_consume(tenant, order[i]->meter, order[i]->period_start,
-						 &order[i]->stripe0, &order[i]->tracked);
+	{
+		ConsumeItem *item = order[i];
+
+		item->grants.n = 0;
+		item->grants.available = 0;
+		item->draw = 0;
+		lock_for_consume(tenant, item->meter, item->period_start, now,
+						 &item->stripe0, &item->tracked,
+						 item->limit.grants ? &item->grants : NULL);
+		item->held = item->limit.reserves ?
+			fm_reservations_held(tenant, item->meter, now, false) : 0;
+	}
 
 	for (i = 0; i < n; i++)
 	{
 		currents[i] = items[i].stripe0;
 		fm_counter_report(fm_counter_merge(&currents[i], &items[i].tracked));
-		fm_decide(&items[i].limit, &currents[i], items[i].amount, now,
-				  items[i].period_end, true, &decisions[i], NULL);
-		decisions[i].meter = items[i].meter;
+		decide_item(&items[i], &currents[i], now, true, &decisions[i]);
 		if (!decisions[i].granted)
 			all_granted = false;
 		items[i].stripe0_after = items[i].stripe0;
@@ -311,9 +377,8 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 		return true;
 	for (i = 0; i < n; i++)
 	{
-		fm_decide(&items[i].limit, &currents[i], items[i].amount, now,
-				  items[i].period_end, false, &decisions[i], NULL);
-		decisions[i].meter = items[i].meter;
+		decide_item(&items[i], &currents[i], now, false, &decisions[i]);
+		decisions[i].from_grants = items[i].draw = 0;
 		fm_decision_refused_with_others(&decisions[i]);
 	}
 	return false;
@@ -364,15 +429,22 @@ record_items(const char *tenant, const char *key, ConsumeItem *items, int n,
 		args[5] = TimestampTzGetDatum(now);
 		args[6] = key ? CStringGetTextDatum(key) : (Datum) 0;
 		fm_execute(&record_consumed_stmt, args, key ? NULL : "      n", false, 0);
+		if (items[i].draw > 0)
+			fm_grants_draw(&items[i].grants, items[i].draw);
 		if (items[i].limit.limited)
-			fm_queue_usage_level(tenant, items[i].meter, &items[i].limit,
+		{
+			FmLimit		announce = fm_grants_announce_limit(&items[i].limit,
+															items[i].grants.available);
+
+			fm_queue_usage_level(tenant, items[i].meter, &announce,
 								 items[i].period_start, decisions[i].used);
+		}
 	}
 }
 
 /*
  * The heart of consume (consume.h).  The common call (one sum or count
- * meter, no key) takes consume_one's shorter path.
+ * meter, no key, no credit grants) takes consume_one's shorter path.
  */
 FmDecision *
 fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key,
@@ -395,7 +467,8 @@ fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key,
 						 &items[i].period_start, &items[i].period_end);
 	}
 
-	if (n == 1 && key == NULL &&
+	if (n == 1 && key == NULL && !items[0].limit.grants && !items[0].limit.reserves &&
+		!items[0].force &&
 		(items[0].limit.aggregation == FM_AGG_SUM ||
 		 items[0].limit.aggregation == FM_AGG_COUNT))
 		decisions = consume_one(tenant, &items[0], now);
@@ -432,8 +505,8 @@ typedef struct TenantMeter
 static int
 compare_tenant_meters(const void *a, const void *b)
 {
-	const TenantMeter *x = a;
-	const TenantMeter *y = b;
+	const		TenantMeter *x = a;
+	const		TenantMeter *y = b;
 	int			c = strcmp(x->tenant, y->tenant);
 
 	return c != 0 ? c : strcmp(x->meter, y->meter);
@@ -467,7 +540,8 @@ fm_lock_consume_periods(char **tenants, char **meters, int n)
 			continue;
 		fm_load_limit(pairs[i].tenant, pairs[i].meter, false, &limit);
 		fm_period_bounds(limit.period, limit.anchor, limit.tz, now, &start, &end);
-		lock_for_consume(pairs[i].tenant, pairs[i].meter, start, &stripe0, &tracked);
+		lock_for_consume(pairs[i].tenant, pairs[i].meter, start, now, &stripe0, &tracked,
+						 NULL);
 	}
 	SPI_finish();
 	pfree(pairs);

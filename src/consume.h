@@ -13,6 +13,7 @@
 
 #include "counter_core.h"
 #include "decision.h"
+#include "grants.h"
 #include "limit.h"
 
 /* One meter of an item; the caller sets meter and amount, zeroes the rest. */
@@ -26,6 +27,11 @@ typedef struct ConsumeItem
 	FmCounter	tracked;		/* the other stripes, as seen before the lock */
 	FmCounter	stripe0;		/* stripe 0 as locked */
 	FmCounter	stripe0_after;	/* stripe 0 once the item is recorded */
+	FmGrantsHeld grants;		/* locked when the item needs them */
+	int64		draw;			/* what the item draws from them */
+	int64		held;			/* what reservations hold (reservations.h) */
+	bool		force;			/* never refused: a settle records usage that
+								 * happened */
 } ConsumeItem;
 
 /*

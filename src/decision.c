@@ -56,6 +56,10 @@ fm_decision_at(const FmLimit *limit, bool granted, int64 used,
 	}
 	decision->resets = limit->period != FM_PERIOD_LIFETIME;
 	decision->resets_at = period_end;
+	/* without credit grants the balance is the quota's (grants.c adds theirs) */
+	decision->from_grants = 0;
+	decision->has_balance = limit->limited;
+	decision->balance = decision->remaining;
 	if (!limit->limited)
 		decision->reason = FM_REASON_UNLIMITED;
 	else if (!granted)
@@ -151,9 +155,12 @@ fm_decision_values(const FmDecision *d, Datum *values, bool *nulls)
 	values[4] = TimestampTzGetDatum(d->resets_at);
 	values[5] = Int64GetDatum(d->overage);
 	values[6] = CStringGetTextDatum(reason_names[d->reason]);
-	nulls[0] = nulls[1] = nulls[6] = false;
+	values[7] = Int64GetDatum(d->from_grants);
+	values[8] = Int64GetDatum(d->balance);
+	nulls[0] = nulls[1] = nulls[6] = nulls[7] = false;
 	nulls[2] = nulls[3] = nulls[5] = !d->limited;
 	nulls[4] = !d->resets;
+	nulls[8] = !d->has_balance;
 }
 
 void
@@ -177,6 +184,11 @@ fm_decision_from_row(HeapTuple row, TupleDesc desc, int first, FmDecision *d)
 	d->overage = isnull ? 0 : DatumGetInt64(v);
 	v = SPI_getbinval(row, desc, first + 6, &isnull);
 	d->reason = reason_from_name(TextDatumGetCString(v));
+	v = SPI_getbinval(row, desc, first + 7, &isnull);
+	d->from_grants = isnull ? 0 : DatumGetInt64(v);
+	v = SPI_getbinval(row, desc, first + 8, &isnull);
+	d->has_balance = !isnull;
+	d->balance = isnull ? 0 : DatumGetInt64(v);
 }
 
 /*
@@ -208,14 +220,14 @@ fm_decision_columns(const FmDecision *d, Datum *values, bool *nulls)
 	Datum		fields[FM_DECISION_FIELDS];
 	bool		field_nulls[FM_DECISION_FIELDS];
 
-	/* the type's order: granted .. overage, meter, reason */
+	/* the type's order: granted .. overage, meter, reason .. balance */
 	fm_decision_values(d, fields, field_nulls);
 	memcpy(values, fields, sizeof(Datum) * 6);
 	memcpy(nulls, field_nulls, sizeof(bool) * 6);
 	values[6] = CStringGetTextDatum(d->meter);
 	nulls[6] = false;
-	values[7] = fields[6];
-	nulls[7] = field_nulls[6];
+	memcpy(values + 7, fields + 6, sizeof(Datum) * (FM_DECISION_FIELDS - 6));
+	memcpy(nulls + 7, field_nulls + 6, sizeof(bool) * (FM_DECISION_FIELDS - 6));
 }
 
 HeapTuple

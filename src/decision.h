@@ -40,6 +40,10 @@ typedef struct FmDecision
 	TimestampTz resets_at;
 	FmReason	reason;
 	const char *meter;
+	int64		from_grants;	/* units of this call drawn from credit grants */
+	bool		has_balance;	/* false: unlimited and never granted credits */
+	int64		balance;		/* quota remaining plus active grants
+								 * remaining */
 } FmDecision;
 
 /*
@@ -76,14 +80,15 @@ extern int64 fm_next_usage_level(int64 used, int64 quota, bool hard,
  * The encoding.  FM_DECISION_FIELDS columns, in this order, in
  * flagmeter.decision (where meter follows overage) and in
  * flagmeter.event_keys (granted, used, quota, remaining, resets_at,
- * overage, reason): NULL quota, remaining and overage when unlimited, NULL
- * resets_at for lifetime, reason as its name.
+ * overage, reason, from_grants, balance): NULL quota, remaining and
+ * overage when unlimited, NULL resets_at for lifetime, reason as its name,
+ * NULL balance when unlimited without credit grants.
  */
-#define FM_DECISION_FIELDS 7
+#define FM_DECISION_FIELDS 9
 
 extern void fm_decision_values(const FmDecision *d, Datum *values, bool *nulls);
 
-/* the fields from columns first .. first + 6 of row; meter is not set */
+/* the fields from columns first .. first + 8 of row; meter is not set */
 extern void fm_decision_from_row(HeapTuple row, TupleDesc desc, int first,
 								 FmDecision *d);
 

@@ -14,24 +14,26 @@
 #include "event_keys.h"
 #include "statements.h"
 
-/* $10 .. $16: the decision, encoded as fm_decision_values does */
+/* $10 .. $18: the decision, encoded as fm_decision_values does */
 static FmStatement claim_key_stmt = {
 	"INSERT INTO flagmeter.event_keys"
 	" (tenant, idempotency_key, seq, meter, amount, occurred_at, period_start,"
 	"  recorded_at, kind, granted, used, quota, remaining, resets_at, overage,"
-	"  reason)"
-	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+	"  reason, from_grants, balance)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,"
+	"  $17, $18)"
 	" ON CONFLICT (tenant, idempotency_key, seq) DO NOTHING",
-	16, {TEXTOID, TEXTOID, INT2OID, TEXTOID, INT8OID, TIMESTAMPTZOID,
+	18, {TEXTOID, TEXTOID, INT2OID, TEXTOID, INT8OID, TIMESTAMPTZOID,
 		TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, INT8OID, INT8OID,
-	INT8OID, TIMESTAMPTZOID, INT8OID, TEXTOID}
+	INT8OID, TIMESTAMPTZOID, INT8OID, TEXTOID, INT8OID, INT8OID}
 };
 
 #define CLAIM_KEY_DECISION_ARG 9	/* 0-based: $10 */
 
-/* columns 3 .. 9: the decision */
+/* columns 3 .. 11: the decision */
 static FmStatement read_key_stmt = {
-	"SELECT kind, meter, granted, used, quota, remaining, resets_at, overage, reason"
+	"SELECT kind, meter, granted, used, quota, remaining, resets_at, overage, reason,"
+	" from_grants, balance"
 	" FROM flagmeter.event_keys"
 	" WHERE tenant" FM_EQ "$1 AND idempotency_key" FM_EQ "$2 ORDER BY seq",
 	2, {TEXTOID, TEXTOID}

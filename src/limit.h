@@ -36,6 +36,12 @@ typedef struct FmLimit
 	pg_tz	   *tz;
 	int			nthresholds;
 	int			thresholds[FM_MAX_THRESHOLDS];	/* percentages, ascending */
+	bool		grants;			/* the tenant was granted credits on the meter
+								 * (flagmeter.credit_accounts): its calls draw
+								 * from them past the quota (grants.h) */
+	bool		reserves;		/* the tenant made reservations on the meter:
+								 * its decisions count their holds
+								 * (reservations.c) */
 	int32		fingerprint;	/* of what decides the announcements: track
 								 * re-reads a period whose recheck figure was
 								 * worked out for another one */

@@ -37,8 +37,8 @@
 /*
  * The per-backend cache of limits.
  *
- * The catalog tables (meters, plans, limits, tenants, overrides) and
- * flagmeter.settings carry a statement trigger, flagmeter.config_changed(), that sends a relcache
+ * The catalog tables (meters, plans, limits, tenants, overrides),
+ * flagmeter.credit_accounts and flagmeter.settings carry a statement trigger, flagmeter.config_changed(), that sends a relcache
  * invalidation for the table: like every invalidation it reaches the other
  * backends when the change commits, and this backend at its next command.
  * Any of them empties the cache.  A call takes its first lock on
@@ -86,7 +86,7 @@ static bool limit_cache_valid = false;
 
 /* the shared cache's generation when this backend's caches were emptied */
 static uint64 limit_cache_generation = 0;
-static Oid	watched_relids[6];
+static Oid	watched_relids[7];
 
 /*
  * flagmeter.current_settings.unassigned_tenants is "refuse": 1, or 0; -1
@@ -149,7 +149,7 @@ static void
 reset_limit_cache(void)
 {
 	static const char *const watched[] = {"meters", "plans", "limits", "tenants", "overrides",
-	"settings"};
+	"settings", "credit_accounts"};
 	HASHCTL		ctl;
 	int			i;
 
@@ -436,7 +436,8 @@ plan_limit(const char *plan, const char *tenant, const char *meter, bool read_on
  * unlimited; period month, mode hard and thresholds {80,100} where neither
  * says; a tenant with no plan counts in calendar months (anchor
  * 2000-01-01) in UTC.  The tenant's row and override are read by primary
- * key (pk_scan.c), the plan's part from plan_limit's cache.
+ * key (pk_scan.c), the plan's part from plan_limit's cache; so is whether
+ * the tenant was ever granted credits on the meter (credit_accounts).
  */
 static void
 load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
@@ -451,6 +452,10 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 	bool		onull[4];
 	bool		assigned;
 	bool		overridden = false;
+	static const char *const account_columns[] = {"grants", "reservations"};
+	Datum		a[2];
+	bool		anull[2];
+	bool		account;
 	const PlanLimitEntry *pl;
 	Snapshot	snapshot;
 
@@ -463,6 +468,7 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 	if (assigned)
 		overridden = fm_pk_fetch("overrides", 2, keys, snapshot, 4, override_columns,
 								 o, onull);
+	account = fm_pk_fetch("credit_accounts", 2, keys, snapshot, 2, account_columns, a, anull);
 	if (!read_only)
 		UnregisterSnapshot(snapshot);
 
@@ -471,6 +477,10 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 	memset(limit, 0, sizeof(*limit));
 	limit->assigned = assigned;
 	limit->aggregation = pl->aggregation;
+	/* grants are units of sum and count meters only (grant_credits says so) */
+	limit->grants = account && DatumGetBool(a[0]) &&
+		(pl->aggregation == FM_AGG_SUM || pl->aggregation == FM_AGG_COUNT);
+	limit->reserves = account && DatumGetBool(a[1]) && pl->aggregation == FM_AGG_SUM;
 	limit->limited = overridden || pl->limited;
 	limit->quota = overridden ? DatumGetInt64(o[0]) : pl->quota;
 	if (overridden && !onull[1])

@@ -121,8 +121,11 @@ static HTAB *announced_cache = NULL;
 
 static const char *const kind_names[] = {
 	"threshold", "blocked", "unblocked", "limit_changed", "plan_changed",
-	"feature_changed"
+	"feature_changed", "grant_low", "grant_exhausted", "grant_expired"
 };
+
+/* grant events are queued by grants.c only, never through announce() */
+#define IS_GRANT_EVENT(kind) ((kind) >= FM_EVENT_GRANT_LOW && (kind) <= FM_EVENT_GRANT_EXPIRED)
 
 /* ---------------------------------------------------------------------
  * Statements run at pre-commit
@@ -162,6 +165,20 @@ static FmStatement is_blocked_stmt = {
 	"SELECT 1 FROM flagmeter.blocked"
 	" WHERE tenant" FM_EQ "$1 AND meter" FM_EQ "$2 AND period_start" FM_EQ "$3",
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+/* A grant event, once per grant and kind (the outbox's partial unique index). */
+static FmStatement grant_announced_stmt = {
+	"SELECT 1 FROM flagmeter.outbox WHERE grant_id" FM_EQ "$1 AND kind" FM_EQ "$2",
+	2, {INT8OID, TEXTOID}
+};
+
+static FmStatement insert_grant_event_stmt = {
+	"INSERT INTO flagmeter.outbox"
+	" (version, kind, tenant, meter, grant_id, threshold, used, quota, notified)"
+	" VALUES (pg_catalog.nextval('flagmeter.outbox_version'), $2, $3, $4, $1, $5, $6, $7, $8)"
+	" RETURNING version",
+	8, {INT8OID, TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, BOOLOID}
 };
 
 static FmStatement insert_event_stmt = {
@@ -542,6 +559,8 @@ append_event_json(StringInfo buf, const FmQuotaEvent *e, int64 version,
 		appendStringInfoChar(buf, '}');
 		return;
 	}
+	if (e->grant_id > 0)
+		appendStringInfo(buf, ",\"grant_id\":" INT64_FORMAT, e->grant_id);
 	if (brief)
 	{
 		appendStringInfoChar(buf, '}');
@@ -550,7 +569,7 @@ append_event_json(StringInfo buf, const FmQuotaEvent *e, int64 version,
 	append_text_field(buf, "plan", e->plan);
 	if (e->has_period)
 		append_timestamp(buf, "period_start", e->period_start);
-	if (e->kind == FM_EVENT_THRESHOLD)
+	if (e->kind == FM_EVENT_THRESHOLD || e->kind == FM_EVENT_GRANT_LOW)
 		appendStringInfo(buf, ",\"threshold\":%d", e->threshold);
 	if (e->has_resets_at)
 		append_timestamp(buf, "resets_at", e->resets_at);
@@ -603,6 +622,31 @@ optional_text_arg(Datum *args, char *nulls, int i, const char *value)
 	nulls[i] = value ? ' ' : 'n';
 }
 
+/* Record a grant event (see record_event), unless the grant had it before. */
+static int64
+record_grant_event(const FmQuotaEvent *e, bool notified)
+{
+	Datum		args[8];
+	char		nulls[9] = "        ";
+	bool		isnull;
+
+	args[0] = Int64GetDatum(e->grant_id);
+	args[1] = CStringGetTextDatum(kind_names[e->kind]);
+	fm_execute_latest(&grant_announced_stmt, args, NULL, 1);
+	if (SPI_processed > 0)
+		return 0;
+	args[2] = CStringGetTextDatum(e->tenant);
+	args[3] = CStringGetTextDatum(e->meter);
+	args[4] = Int32GetDatum(e->threshold);
+	nulls[4] = e->kind == FM_EVENT_GRANT_LOW ? ' ' : 'n';
+	args[5] = Int64GetDatum(e->used);
+	args[6] = Int64GetDatum(e->quota);
+	args[7] = BoolGetDatum(notified);
+	fm_execute_latest(&insert_grant_event_stmt, args, nulls, 0);
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 /* Record one event; its outbox version, or 0 when nothing is announced. */
 static int64
 record_event(const FmQuotaEvent *e, bool notified)
@@ -610,6 +654,9 @@ record_event(const FmQuotaEvent *e, bool notified)
 	Datum		args[12];
 	char		nulls[13] = "            ";
 	bool		isnull;
+
+	if (IS_GRANT_EVENT(e->kind))
+		return record_grant_event(e, notified);
 
 	if (e->kind == FM_EVENT_THRESHOLD)
 	{
@@ -1083,7 +1130,7 @@ fm_announce(PG_FUNCTION_ARGS)
 		if (strcmp(kind, kind_names[i]) == 0)
 			break;
 	if (i == (int) lengthof(kind_names) || i == FM_EVENT_THRESHOLD ||
-		i == FM_EVENT_FEATURE_CHANGED)
+		i == FM_EVENT_FEATURE_CHANGED || IS_GRANT_EVENT(i))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid event kind \"%s\"", kind),

@@ -32,8 +32,13 @@ typedef enum FmQuotaEventKind
 	FM_EVENT_LIMIT_CHANGED,		/* a plan's limit or a tenant's override
 								 * changed */
 	FM_EVENT_PLAN_CHANGED,		/* a tenant moved to another plan */
-	FM_EVENT_FEATURE_CHANGED	/* a plan's row for a feature, or a tenant's
+	FM_EVENT_FEATURE_CHANGED,	/* a plan's row for a feature, or a tenant's
 								 * override of it, changed */
+	/* credit grants (grants.c), each once per grant: */
+	FM_EVENT_GRANT_LOW,			/* remaining fell under its
+								 * low_balance_percent */
+	FM_EVENT_GRANT_EXHAUSTED,	/* nothing left */
+	FM_EVENT_GRANT_EXPIRED		/* expired with units left */
 } FmQuotaEventKind;
 
 /* Fields of a quota event; NULL strings / has_* false for absent ones. */
@@ -65,6 +70,9 @@ typedef struct FmQuotaEvent
 	bool		has_enabled;
 	bool		enabled;
 	const char *config;			/* JSON text; NULL: none */
+	int64		grant_id;		/* grant events: the grant; used is what was
+								 * drawn, quota its amount, threshold the
+								 * percent of grant_low */
 } FmQuotaEvent;
 
 extern void fm_notify_init(void);

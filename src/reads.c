@@ -16,9 +16,12 @@
 #include "args.h"
 #include "counter.h"
 #include "decision.h"
+#include "grants.h"
+#include "reservations.h"
 #include "limit_lookup.h"
 #include "period.h"
 #include "pk_scan.h"
+#include "reads.h"
 
 /*
  * The merge of the counter rows of (tenant, meter, period_start) in the
@@ -58,28 +61,45 @@ fm_check(PG_FUNCTION_ARGS)
 {
 	char	   *tenant = fm_arg_tenant(fcinfo, 0);
 	char	   *meter = fm_arg_meter(fcinfo, 1);
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	int64		amount;
+	FmDecision	decision;
+	TupleDesc	desc;
+
+	amount = fm_arg_amount(fcinfo, 2, true);
+	desc = fm_decision_desc(fcinfo);
+	fm_check_decision(tenant, meter, amount, &decision);
+	PG_RETURN_DATUM(HeapTupleGetDatum(fm_decision_tuple(desc, &decision)));
+}
+
+void
+fm_check_decision(const char *tenant, const char *meter, int64 amount,
+				  FmDecision *out)
+{
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	FmLimit		limit;
 	TimestampTz period_start;
 	TimestampTz period_end;
 	FmCounter	current;
 	FmDecision	decision;
-	TupleDesc	desc;
-	HeapTuple	tuple;
-
-	amount = fm_arg_amount(fcinfo, 2, true);
-	desc = fm_decision_desc(fcinfo);
 
 	fm_load_limit(tenant, meter, true, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, now,
 					 &period_start, &period_end);
 	current = scan_period(tenant, meter, period_start);
 
-	fm_decide(&limit, &current, amount, now, period_end, false, &decision, NULL);
+	if (limit.grants || limit.reserves)
+	{
+		int64		draw;
+
+		fm_decide_with_grants(&limit, &current, amount, now, period_end, false, false,
+							  limit.grants ? fm_grants_available(tenant, meter, now, true) : 0,
+							  limit.reserves ? fm_reservations_held(tenant, meter, now, true) : 0,
+							  &decision, &draw);
+	}
+	else
+		fm_decide(&limit, &current, amount, now, period_end, false, &decision, NULL);
 	decision.meter = meter;
-	tuple = fm_decision_tuple(desc, &decision);
-	PG_RETURN_DATUM(HeapTupleGetDatum(tuple));
+	*out = decision;
 }
 
 /* usage(tenant, meter, at) -> quota_counter of the period containing at */

@@ -14,6 +14,7 @@
 
 #include "args.h"
 #include "counter.h"
+#include "grants.h"
 #include "limit_lookup.h"
 #include "period.h"
 #include "track_alerts.h"
@@ -47,6 +48,12 @@ fm_review_usage(PG_FUNCTION_ARGS)
 						 GetCurrentTransactionStartTimestamp(),
 						 &period_start, &period_end);
 		total = fm_read_period(tenant, meter, period_start);
+		/* a tenant with credit grants left is not blocked (grants.h) */
+		if (limit.grants)
+			limit = fm_grants_announce_limit(&limit,
+											 fm_grants_available(tenant, meter,
+																 GetCurrentTransactionStartTimestamp(),
+																 false));
 		fm_announce_usage_level(tenant, meter, &limit, period_start, &total);
 	}
 	SPI_finish();

@@ -14,7 +14,7 @@
 #include "postgres.h"
 #include "executor/spi.h"
 
-#define FM_STATEMENT_MAX_ARGS 16
+#define FM_STATEMENT_MAX_ARGS 20
 
 /* "=" in statement texts, pinned to pg_catalog's operator */
 #define FM_EQ " OPERATOR(pg_catalog.=) "

@@ -16,6 +16,7 @@
 #include "args.h"
 #include "counter.h"
 #include "event_keys.h"
+#include "grants.h"
 #include "limit_lookup.h"
 #include "period.h"
 #include "stripes.h"
@@ -171,6 +172,14 @@ track_call(FunctionCallInfo fcinfo, bool occurred_at_text)
 		elog(ERROR, "track wrote " UINT64_FORMAT " counter rows of tenant \"%s\" meter \"%s\"",
 			 (uint64) SPI_processed, tenant, meter);
 	written = fm_stripe_written(0, 1);
+	if (limit.grants)
+	{
+		int64		left = fm_grants_after_track(tenant, meter, &limit, period_start,
+												 fm_used_of(&delta, limit.aggregation),
+												 GetCurrentTransactionStartTimestamp());
+
+		limit = fm_grants_announce_limit(&limit, left);
+	}
 	fm_announce_after_track(tenant, meter, &limit, period_start, &written);
 
 	SPI_finish();

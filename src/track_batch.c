@@ -22,6 +22,7 @@
 #include "args.h"
 #include "counter.h"
 #include "event_keys.h"
+#include "grants.h"
 #include "limit_lookup.h"
 #include "period.h"
 #include "stripes.h"
@@ -92,6 +93,8 @@ typedef struct BatchGroupEntry
 	FmCounter	delta;
 	const FmLimit *limit;
 	StripeWritten written;		/* the group's stripe after the increment */
+	FmLimit		announce;		/* limit's copy for announcements past the
+								 * quota with credit grants left (grants.h) */
 } BatchGroupEntry;
 
 /* The events of one call and what the call works out for them. */
@@ -355,6 +358,50 @@ add_group_increments(TrackBatch *b)
 	return periods;
 }
 
+static int
+compare_groups(const void *a, const void *b)
+{
+	const BatchGroupEntry *x = *(BatchGroupEntry *const *) a;
+	const BatchGroupEntry *y = *(BatchGroupEntry *const *) b;
+	int			c = memcmp(x->key.tenant_meter, y->key.tenant_meter,
+						   FM_TENANT_METER_KEY_BYTES);
+
+	if (c != 0)
+		return c;
+	return x->key.period_start < y->key.period_start ? -1 :
+		x->key.period_start > y->key.period_start ? 1 : 0;
+}
+
+/*
+ * Draw from the credit grants of the groups past their quota, as track
+ * does, in (tenant, meter) order: each locks its stripe 0 and then its
+ * grants, as every caller does (grants.h).
+ */
+static void
+draw_batch_grants(TrackBatch *b, const PeriodList *written)
+{
+	BatchGroupEntry **order = palloc(sizeof(BatchGroupEntry *) * Max(written->n, 1));
+	int			n = 0;
+	int			g;
+
+	for (g = 0; g < written->n; g++)
+		if (written->groups[g]->limit->grants)
+			order[n++] = written->groups[g];
+	qsort(order, n, sizeof(BatchGroupEntry *), compare_groups);
+	for (g = 0; g < n; g++)
+	{
+		BatchGroupEntry *group = order[g];
+		int64		left = fm_grants_after_track(b->tenants[group->first],
+												 b->meters[group->first], group->limit,
+												 group->key.period_start,
+												 fm_used_of(&group->delta, group->limit->aggregation),
+												 b->now);
+
+		group->announce = fm_grants_announce_limit(group->limit, left);
+		group->limit = &group->announce;
+	}
+}
+
 /*
  * Read the periods that may have reached something (as track decides it)
  * in one statement, queue what each reached, and write the stripes' new
@@ -444,6 +491,7 @@ track_events(TrackBatch *b)
 	{
 		PeriodList	written = add_group_increments(b);
 
+		draw_batch_grants(b, &written);
 		read_due_periods(b, &written);
 	}
 	SPI_finish();

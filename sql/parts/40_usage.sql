@@ -130,6 +130,8 @@ CREATE TABLE flagmeter.event_keys (
 	overage			bigint,
 	reason			text,
 	voided_at		timestamptz,
+	from_grants		bigint,
+	balance			bigint,
 	PRIMARY KEY (tenant, idempotency_key, seq)
 );
 COMMENT ON TABLE flagmeter.event_keys IS

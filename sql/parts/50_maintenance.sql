@@ -449,6 +449,7 @@ BEGIN
 	DELETE FROM flagmeter.event_keys k WHERE k.recorded_at < cutoff;
 	GET DIAGNOSTICS keys_expired = ROW_COUNT;
 	DELETE FROM flagmeter.voids v WHERE v.voided_at < cutoff AND v.xid < high;
+	DELETE FROM flagmeter.reservations r WHERE r.expires_at < cutoff;
 
 	periods_compacted := flagmeter.compact_counters();
 	PERFORM flagmeter.summarize_event_partitions();
@@ -457,6 +458,7 @@ BEGIN
 	-- instances that missed notifications (queue too full) are told to
 	-- resync; both announce at commit.
 	PERFORM flagmeter.review_blocks();
+	PERFORM flagmeter.announce_expired_grants();
 	PERFORM flagmeter.send_resync_hint();
 	-- A threshold row is what makes a threshold announced once per period:
 	-- it goes only when its period has surely ended (the longest periods

@@ -19,7 +19,8 @@ CREATE TABLE flagmeter.outbox (
 		CONSTRAINT outbox_kind_valid
 		CHECK (kind OPERATOR(pg_catalog.=) ANY (ARRAY['threshold', 'blocked', 'unblocked',
 		                                              'limit_changed', 'plan_changed',
-		                                              'feature_changed'])),
+		                                              'feature_changed', 'grant_low', 'grant_exhausted',
+		                                              'grant_expired'])),
 	tenant			text,
 	meter			text,
 	plan			text,
@@ -34,14 +35,17 @@ CREATE TABLE flagmeter.outbox (
 	feature			text,
 	enabled			boolean,
 	config			jsonb,
-	notified		boolean NOT NULL
+	notified		boolean NOT NULL,
+	grant_id		bigint			-- grant events (47_credits.sql)
 );
 -- a threshold is announced once per tenant, meter and period
 CREATE UNIQUE INDEX outbox_threshold_once ON flagmeter.outbox (tenant, meter, period_start, threshold)
 	WHERE kind OPERATOR(pg_catalog.=) 'threshold'::pg_catalog.text;
 CREATE INDEX outbox_created_at ON flagmeter.outbox USING brin (created_at);
+-- a grant event is announced once per grant and kind
+CREATE UNIQUE INDEX outbox_grant_once ON flagmeter.outbox (grant_id, kind) WHERE grant_id IS NOT NULL;
 COMMENT ON TABLE flagmeter.outbox IS
-'every quota event (threshold reached, blocked, unblocked, limit, plan or feature changed) with a version in commit order; resets_at: when a blocked period ends; quota, period, mode, thresholds of limit_changed: the limit now in force; feature, enabled, config of feature_changed: the plan''s row for the feature (tenant NULL) or the tenant''s override of it (enabled NULL: the row is gone); notified is false when the notification was skipped under backpressure; a negative version marks a threshold row copied from another shard by a tenant move (kept so that the threshold is not announced twice, never replayed)';
+'every quota event (threshold reached, blocked, unblocked, limit, plan or feature changed, a credit grant low, exhausted or expired: grant_id, used = drawn, quota = amount, threshold = the low percent) with a version in commit order; resets_at: when a blocked period ends; quota, period, mode, thresholds of limit_changed: the limit now in force; feature, enabled, config of feature_changed: the plan''s row for the feature (tenant NULL) or the tenant''s override of it (enabled NULL: the row is gone); notified is false when the notification was skipped under backpressure; a negative version marks a threshold row copied from another shard by a tenant move (kept so that the threshold is not announced twice, never replayed)';
 
 CREATE TABLE flagmeter.blocked (
 	tenant			text NOT NULL,

@@ -85,7 +85,8 @@ COMMENT ON FUNCTION flagmeter.refuse_moving() IS
 -- Fenced tables, with the trigger events on which a tenant's row is
 -- refused.  Every write of a call lands in one of them in its transaction:
 -- track, track_batch and consume insert events, void inserts voids, the
--- per-tenant catalog calls write tenants, overrides or feature_overrides.
+-- per-tenant catalog calls write tenants, overrides or feature_overrides,
+-- grant_credits and void_grant write credit_grants.
 CREATE FUNCTION flagmeter.fence_partition(partitions integer, partition integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -108,7 +109,9 @@ BEGIN
 		                      ('overrides', 'INSERT OR UPDATE', 'NEW', '_new'),
 		                      ('overrides', 'DELETE', 'OLD', '_old'),
 		                      ('feature_overrides', 'INSERT OR UPDATE', 'NEW', '_new'),
-		                      ('feature_overrides', 'DELETE', 'OLD', '_old')) v(tbl, ops, rec, suffix)
+		                      ('feature_overrides', 'DELETE', 'OLD', '_old'),
+		                      ('credit_grants', 'INSERT OR UPDATE', 'NEW', '_new'),
+		                      ('reservations', 'INSERT OR UPDATE', 'NEW', '_new')) v(tbl, ops, rec, suffix)
 	LOOP
 		EXECUTE format('CREATE TRIGGER %I BEFORE %s ON flagmeter.%I FOR EACH ROW'
 		               ' WHEN (flagmeter.partition_of(%s.tenant, %s) OPERATOR(pg_catalog.=) %s)'
@@ -145,7 +148,8 @@ BEGIN
 		WHERE tg.tgname IN (name || '_new', name || '_old')
 		  AND tg.tgrelid IN ('flagmeter.events'::regclass, 'flagmeter.voids'::regclass,
 		                     'flagmeter.tenants'::regclass, 'flagmeter.overrides'::regclass,
-		                     'flagmeter.feature_overrides'::regclass)
+		                     'flagmeter.feature_overrides'::regclass,
+		                     'flagmeter.credit_grants'::regclass, 'flagmeter.reservations'::regclass)
 	LOOP
 		EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
 	END LOOP;
@@ -189,7 +193,8 @@ BEGIN
 	END IF;
 	-- every table with a tenant column (the regression test shards lists them)
 	FOREACH tbl IN ARRAY ARRAY['events', 'voids', 'counters', 'event_keys', 'rollup_hour', 'rollup_day',
-	                           'blocked', 'outbox', 'overrides', 'feature_overrides', 'tenants']
+	                           'blocked', 'outbox', 'reservations', 'credit_grants', 'credit_accounts', 'overrides',
+	                           'feature_overrides', 'tenants']
 	LOOP
 		IF tbl = 'overrides' THEN
 			PERFORM flagmeter.unfence_partition(partitions, partition);

@@ -94,6 +94,11 @@ REVOKE ALL ON FUNCTION flagmeter.delete_usage(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.recount_current_period(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.review_blocks(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.apply_limit_changes(jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.grant_credits(text, text, bigint, timestamptz, integer, timestamptz, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.void_grant(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.reserve(text, text, bigint, interval, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.settle(bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.release(bigint) FROM PUBLIC;
 
 -- Maintenance, run as the owner.
 REVOKE ALL ON FUNCTION flagmeter.maintain() FROM PUBLIC;
@@ -103,6 +108,7 @@ REVOKE ALL ON FUNCTION flagmeter.summarize_event_partitions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.create_partitions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_expired_partitions(xid8) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.send_resync_hint() FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.announce_expired_grants() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.schedule(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.unschedule() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.configure(interval, integer, text) FROM PUBLIC;
@@ -153,7 +159,11 @@ BEGIN
 			'flagmeter.track_events(text[], text[], bigint[], timestamptz[], text[])',
 			'flagmeter.consume_batch(text[], text[], bigint[], text[], integer[])',
 			'flagmeter.has_feature(text, text)',
-			'flagmeter.feature_config(text, text)']) f;
+			'flagmeter.feature_config(text, text)',
+			'flagmeter.balance(text, text)',
+			'flagmeter.reserve(text, text, bigint, interval, text)',
+			'flagmeter.settle(bigint, bigint)',
+			'flagmeter.release(bigint)']) f;
 	ELSIF access = 'listener' THEN
 		-- step 2 of the client protocol reads blocked and effective_limits,
 		-- latest_version() and changes_since() read the outbox; a client
@@ -167,7 +177,7 @@ BEGIN
 			'flagmeter.status', 'flagmeter.effective_limits', 'flagmeter.stats',
 			'flagmeter.current_state', 'flagmeter.rollup_hour', 'flagmeter.rollup_day',
 			'flagmeter.events', 'flagmeter.voids', 'flagmeter.tenant_features',
-			'flagmeter.entitlements'] || config_tables || feature_tables) t;
+			'flagmeter.entitlements', 'flagmeter.grants'] || config_tables || feature_tables) t;
 	ELSE
 		-- the catalog functions are PL/pgSQL run as the caller; recounts,
 		-- unassign_tenant(forget_usage) and drop_meter(force) rewrite usage
@@ -196,14 +206,20 @@ BEGIN
 			'flagmeter.apply_limit_changes(jsonb)',
 			'flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[])',
 			'flagmeter.announce_feature(text, text, text, boolean, jsonb)',
-			'flagmeter.usage(text, text, timestamptz)']) f;
+			'flagmeter.usage(text, text, timestamptz)',
+			'flagmeter.grant_credits(text, text, bigint, timestamptz, integer, timestamptz, text, integer)',
+			'flagmeter.void_grant(bigint)']) f;
+		-- grant_credits and void_grant write the grants with the caller's privileges
+		RETURN QUERY SELECT 'SELECT, INSERT, UPDATE', 'TABLE ' || t FROM unnest(ARRAY[
+			'flagmeter.credit_accounts', 'flagmeter.credit_grants']) t;
+		RETURN QUERY SELECT 'USAGE', 'SEQUENCE flagmeter.credit_grant_id';
 		RETURN QUERY SELECT 'SELECT, INSERT, UPDATE, DELETE', 'TABLE ' || t FROM unnest(ARRAY[
 			'flagmeter.plans', 'flagmeter.counters', 'flagmeter.pending_limit_changes'] || config_tables || feature_tables) t;
 		RETURN QUERY SELECT 'SELECT, DELETE', 'TABLE ' || t FROM unnest(ARRAY[
 			'flagmeter.events', 'flagmeter.event_keys', 'flagmeter.voids', 'flagmeter.rollup_hour',
 			'flagmeter.rollup_day', 'flagmeter.outbox']) t;
 		RETURN QUERY SELECT 'SELECT', 'TABLE ' || t FROM unnest(ARRAY[
-			'flagmeter.blocked', 'flagmeter.effective_limits']) t;
+			'flagmeter.blocked', 'flagmeter.effective_limits', 'flagmeter.grants']) t;
 	END IF;
 END $$;
 COMMENT ON FUNCTION flagmeter.access_privileges(text) IS
@@ -239,7 +255,7 @@ LANGUAGE sql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT flagmeter.change_access($1, $2, 'GRANT') $$;
 COMMENT ON FUNCTION flagmeter.grant_access(regrole, text) IS
-'grants a role the privileges of a layout: request (track, consume, check, usage, void), listener (the client protocol), dashboard (status, top_tenants, usage_series, stats) or admin (the catalog functions); see access_privileges()';
+'grants a role the privileges of a layout: request (track, consume, check, usage, void, balance), listener (the client protocol), dashboard (status, top_tenants, usage_series, stats, grants) or admin (the catalog functions, grant_credits, void_grant); see access_privileges()';
 
 CREATE FUNCTION flagmeter.revoke_access(role regrole, access text)
 RETURNS void

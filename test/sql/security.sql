@@ -369,6 +369,12 @@ SELECT flagmeter.define_feature('r-sso'),
        flagmeter.override_feature('r-hooli', 'r-sso', false),
        flagmeter.override_feature('r-leaver', 'r-sso', false),
        flagmeter.drop_feature_override('r-leaver', 'r-sso');
+-- and grants credits (issue 19), and voids a grant
+SELECT flagmeter.grant_credits('r-acme', 'api_calls', 50, idempotency_key => 'r-g1') OPERATOR(pg_catalog.>) 0 AS granted,
+       flagmeter.grant_credits('r-acme', 'api_calls', 50, idempotency_key => 'r-g1') OPERATOR(pg_catalog.=)
+       flagmeter.grant_credits('r-acme', 'api_calls', 50, idempotency_key => 'r-g1') AS same_grant;
+SELECT flagmeter.void_grant(flagmeter.grant_credits('r-leaver', 'api_calls', 5));
+SELECT tenant, meter, amount, state FROM flagmeter.grants WHERE tenant OPERATOR(pg_catalog.~~) 'r-%' ORDER BY grant_id;
 RESET ROLE;
 
 -- The app meters and enforces, for any tenant, and nothing else.
@@ -381,6 +387,10 @@ SELECT granted, used, remaining FROM flagmeter.consume('r-acme', 'api_calls', 10
 SELECT meter, granted, used FROM flagmeter.consume('r-hooli', ARRAY['api_calls', 'storage_gb'], ARRAY[1, 1]);
 SELECT granted, used FROM flagmeter.check('r-hooli', 'api_calls', 1);
 SELECT flagmeter.used(flagmeter.usage('r-acme', 'api_calls'));
+SELECT flagmeter.balance('r-acme', 'api_calls');
+SELECT granted, reserved FROM flagmeter.reserve('r-acme', 'api_calls', 5, idempotency_key => 'r-res1');
+SELECT granted, used FROM flagmeter.settle((flagmeter.reserve('r-acme', 'api_calls', 5, idempotency_key => 'r-res1')).reservation_id, 2);
+SELECT flagmeter.release((flagmeter.reserve('r-acme', 'api_calls', 1)).reservation_id);
 SELECT flagmeter.void('r-acme', 'r-k1');
 -- but cannot change limits or plans, nor touch the tables
 SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
@@ -403,6 +413,11 @@ SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
 	($$SELECT flagmeter.schedule()$$),
 	($$SELECT flagmeter.configure(unassigned_tenants => 'unlimited')$$),
 	($$SELECT flagmeter.grant_access('regress_flagmeter_app', 'admin')$$),
+	($$SELECT flagmeter.grant_credits('r-acme', 'api_calls', 1000000)$$),
+	($$SELECT flagmeter.void_grant(1)$$),
+	($$UPDATE flagmeter.credit_grants SET drawn = 0$$),
+	($$SELECT * FROM flagmeter.grants$$),
+	($$SELECT * FROM flagmeter.reservations$$),
 	($$UPDATE flagmeter.limits SET quota = 1000000$$),
 	($$INSERT INTO flagmeter.overrides VALUES ('r-acme', 'api_calls', 1000000)$$),
 	($$DELETE FROM flagmeter.counters$$),
@@ -465,7 +480,9 @@ WHERE tenant OPERATOR(pg_catalog.~~) 'r-%' ORDER BY tenant, meter;
 SELECT tenant, used FROM flagmeter.top_tenants('storage_gb', 2);
 SELECT bucket_start, used FROM flagmeter.usage_series('r-hooli', 'storage_gb', '2026-02-01', '2026-02-03');
 SELECT pending_events OPERATOR(pg_catalog.>) 0 AS has_pending, blocked FROM flagmeter.stats;
+SELECT tenant, amount, remaining, state FROM flagmeter.grants WHERE tenant OPERATOR(pg_catalog.~~) 'r-%' ORDER BY grant_id;
 SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
+	($$SELECT flagmeter.grant_credits('r-acme', 'api_calls', 1000000)$$),
 	($$SELECT flagmeter.track('r-acme', 'api_calls')$$),
 	($$SELECT flagmeter.consume('r-acme', 'api_calls')$$),
 	($$SELECT flagmeter.assign_plan('r-acme', 'r-free')$$),

@@ -91,6 +91,7 @@ SELECT pg_temp.try($$SELECT * FROM flagmeter.usage_series_all('nope', '2026-03-0
 -- The fence of partition 2 of 4 -----------------------------------------------------
 SELECT track('acme', 'calls', 1, now(), 'acme-key'), track('tyrell', 'calls', 1),
        override_limit('soylent', 'calls', 50), consume('hooli', 'seats', 1, 'hooli-key');
+SELECT grant_credits('acme', 'calls', 5, starts_at => now() + interval '1 day') > 0 AS acme_granted;
 SELECT fence_partition(4, 2);
 SELECT fence_partition(4, 2);	-- already fenced: nothing more
 SELECT tgrelid::regclass, tgname FROM pg_trigger
@@ -106,6 +107,11 @@ SELECT pg_temp.try($$SELECT flagmeter.consume('acme', ARRAY['calls', 'seats'], A
 SELECT pg_temp.try($$SELECT flagmeter.override_limit('acme', 'calls', 5)$$) AS override_limit,
        pg_temp.try($$SELECT flagmeter.drop_override('soylent', 'calls')$$) AS drop_override,
        pg_temp.try($$SELECT flagmeter.assign_plan('brand-new-in-2', 'small')$$) AS new_tenant;
+SELECT pg_temp.try($$SELECT flagmeter.grant_credits('acme', 'calls', 5)$$) AS grant_credits,
+       pg_temp.try($$SELECT flagmeter.void_grant(g.grant_id) FROM flagmeter.credit_grants g WHERE g.tenant = 'acme'$$) AS void_grant,
+       pg_temp.try($$SELECT flagmeter.grant_credits('hooli', 'calls', 5)$$) AS others_grant;
+SELECT pg_temp.try($$SELECT flagmeter.reserve('acme', 'calls', 1)$$) AS reserve,
+       pg_temp.try($$SELECT flagmeter.reserve('hooli', 'calls', 1)$$) AS others_reserve;
 SELECT partition_of('brand-new-in-2', 4) AS new_tenant_partition;
 -- what the fence says
 DO $$
@@ -163,8 +169,10 @@ BEGIN
 	END LOOP;
 END $$;
 SELECT assign_plan('acme', 'small');	-- a row in every table for partition 2
+SELECT reservation_id > 0 AS reserved FROM reserve('acme', 'calls', 1, '1 day');
 SELECT track('acme', 'calls', 30);
 SELECT void('acme', 'acme-key');
+SELECT grant_credits('acme', 'calls', 5, starts_at => now() + interval '1 day') > 0 AS granted;
 SELECT events_folded > 0 AS folded FROM maintain();
 CREATE TEMP TABLE before_forget AS SELECT * FROM pg_temp.rows_by_partition();
 SELECT tbl, in_2 > 0 AS has_partition_2, elsewhere > 0 AS has_others FROM before_forget ORDER BY 1;

@@ -26,7 +26,7 @@ const { consume } = require('./sql/consume')
 const { consumeMeters } = require('./sql/consumeMeters')
 
 const EVENT_KINDS = ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed', 'feature_changed',
-  'invalidate']
+  'grant_low', 'grant_exhausted', 'grant_expired', 'invalidate']
 
 /** Calls that run in one transaction the caller holds: unbatched. */
 class Transaction {

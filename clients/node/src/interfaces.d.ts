@@ -172,8 +172,22 @@ export interface FeatureChangedEvent extends QuotaEventBase {
 /** A configuration value (jsonb): parsed JSON, integers beyond 2^53 - 1 as BigInt. */
 export type FeatureConfig = null | boolean | number | bigint | string | FeatureConfig[] | { [key: string]: FeatureConfig }
 
+/** A credit grant ran low (threshold: its low_balance_percent), ran out, or expired with units left. */
+export interface GrantEvent extends QuotaEventBase {
+  kind: 'grant_low' | 'grant_exhausted' | 'grant_expired'
+  tenant: string
+  meter: string
+  grantId: Int
+  /** grant_low: the grant's low_balance_percent */
+  threshold?: number
+  /** what was drawn from the grant */
+  used: Int
+  /** the grant's amount */
+  quota: Int
+}
+
 export type QuotaEvent = ThresholdEvent | BlockedEvent | UnblockedEvent | LimitChangedEvent | PlanChangedEvent |
-  FeatureChangedEvent
+  FeatureChangedEvent | GrantEvent
 
 /** Rows of an app table changed (no version; not kept in the outbox). */
 export interface InvalidateEvent {
@@ -198,6 +212,9 @@ export interface FlagMeterEvents {
   limit_changed: [LimitChangedEvent]
   plan_changed: [PlanChangedEvent]
   feature_changed: [FeatureChangedEvent]
+  grant_low: [GrantEvent]
+  grant_exhausted: [GrantEvent]
+  grant_expired: [GrantEvent]
   invalidate: [InvalidateEvent]
   /** errors of the LISTEN session (it reconnects by itself) */
   error: [Error]

@@ -7,7 +7,7 @@
 const { toInt, parseJson } = require('./numbers')
 
 const QUOTA_KINDS = new Set(['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed',
-  'feature_changed'])
+  'feature_changed', 'grant_low', 'grant_exhausted', 'grant_expired'])
 
 // What each kind carries when its payload is whole (README, "What is
 // announced"); a payload shrunk to fit 1 kB lacks some, and is then read
@@ -18,7 +18,11 @@ const REQUIRED = {
   unblocked: ['tenant', 'meter', 'period_start'],
   limit_changed: ['meter'],
   plan_changed: ['tenant', 'plan'],
-  feature_changed: ['feature', 'enabled', 'config']
+  feature_changed: ['feature', 'enabled', 'config'],
+  // credit grants: used is what was drawn, quota the grant's amount
+  grant_low: ['tenant', 'meter', 'grant_id', 'threshold', 'used', 'quota'],
+  grant_exhausted: ['tenant', 'meter', 'grant_id', 'used', 'quota'],
+  grant_expired: ['tenant', 'meter', 'grant_id', 'used', 'quota']
 }
 
 function periodStart (value) {
@@ -50,6 +54,7 @@ function quotaEvent (raw, source) {
     e.enabled = raw.enabled ?? null
     e.config = typeof raw.config === 'string' && source === 'outbox' ? parseJson(raw.config) : raw.config ?? null
   }
+  if (raw.grant_id != null) e.grantId = int(raw.grant_id)
   e.source = source
   return e
 }

@@ -1,0 +1,53 @@
+# shellcheck shell=bash
+# bench/workloads/credits.sh -- consume drawing from three active credit
+# grants (issue 19) against consume of tenants without grants, same run.
+#
+# The flagmeter side is the worst case of a tenant with grants: every call
+# draws from them, so it locks stripe 0, then its grants (src/grants.c).
+# Its tenants are prepaid (no plan: their grants are their quota), which
+# also spares the set-up 10 000 assign_plan calls.  The peer is the consume
+# workload's call on tenants never granted credits (one conditional
+# UPDATE).  A diagnostic row times 1 000 tenants with grants that are still
+# within their plan's quota (stripe 0 and the grants locked, none drawn).
+
+register_workload credits "consume drawing from 3 active grants vs consume without grants ($TENANTS tenants)"
+
+credits_setup() {
+	fm_log "credits: $TENANTS prepaid tenants with three grants each, 1000 on a plan with grants within its quota"
+	psql_q "SELECT count(flagmeter.assign_plan('w' || i, 'bench')) FROM generate_series(1, 1000) i" >/dev/null
+	psql_q "
+SELECT count(*)
+FROM (SELECT 'g' || i FROM generate_series(1, $TENANTS) i
+      UNION ALL SELECT 'w' || i FROM generate_series(1, 1000) i) t(tenant),
+	LATERAL (SELECT flagmeter.grant_credits(t.tenant, 'api_calls', $BIG_QUOTA, now() + interval '1 day', 0),
+	                flagmeter.grant_credits(t.tenant, 'api_calls', $BIG_QUOTA, now() + interval '2 days', 1),
+	                flagmeter.grant_credits(t.tenant, 'api_calls', $BIG_QUOTA, NULL, 2)) g" >/dev/null
+}
+
+wl_credits() {
+	if [[ $(psql_q "SELECT count(*) FROM pg_proc WHERE proname = 'grant_credits'") != 1 ]]; then
+		skip_row credits "$CLIENTS" "consume without grants" ">= 0.8 x peer" "no flagmeter.grant_credits"
+		return 0
+	fi
+	[[ $(psql_q "SELECT count(*) FROM flagmeter.credit_accounts") != 0 ]] || credits_setup
+	script fm_consume_grants <<SQL
+\set t random(1, $TENANTS)
+SELECT flagmeter.consume('g' || :t, 'api_calls', 1);
+SQL
+	script fm_consume_grants_within <<SQL
+\set t random(1, 1000)
+SELECT flagmeter.consume('w' || :t, 'api_calls', 1);
+SQL
+	script fm_consume_plain <<SQL
+\set t random(1, $TENANTS)
+SELECT flagmeter.consume(:t, 'api_calls', 1);
+SQL
+	show_scripts fm_consume_grants fm_consume_plain fm_consume_grants_within
+	measure credits "$CLIENTS" prepared 0 fm_consume_plain fm_consume_grants_within fm_consume_grants
+	ratio_row credits "$CLIENTS" credits.fm_consume_grants credits.fm_consume_plain \
+		"consume without grants" 0.8 "" "every call draws: stripe 0 and 3 grants locked, one drawn"
+	diag_row credits "$CLIENTS" credits.fm_consume_grants_within credits.fm_consume_plain \
+		"consume without grants" "1 000 tenants with 3 grants within their quota: stripe 0 and the grants locked, none drawn"
+	echo "    grants: $(psql_q "SELECT count(*) FILTER (WHERE drawn > amount) || ' over-drawn, ' ||
+		sum(drawn) || ' units drawn' FROM flagmeter.credit_grants")"
+}
