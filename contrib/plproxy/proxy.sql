@@ -127,6 +127,46 @@ $$;
 COMMENT ON FUNCTION flagmeter.void(text, text) IS
 'flagmeter.void on the tenant''s shard';
 
+-- Credit grants and reservations (issue 19): the calls that name a tenant
+-- are routed by it.  void_grant, settle and release take only an id, which
+-- names no shard: call them on the tenant's shard (keep the id with its
+-- tenant; partition_of says where it lives).
+CREATE FUNCTION flagmeter.grant_credits(tenant text, meter text, amount bigint,
+	expires_at timestamptz DEFAULT NULL, priority integer DEFAULT 0,
+	starts_at timestamptz DEFAULT now(), idempotency_key text DEFAULT NULL,
+	low_balance_percent integer DEFAULT 10)
+RETURNS bigint
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.grant_credits(text, text, bigint, timestamptz, integer, timestamptz, text, integer) IS
+'flagmeter.grant_credits on the tenant''s shard; the id is that shard''s';
+
+CREATE FUNCTION flagmeter.balance(tenant text, meter text)
+RETURNS bigint
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.balance(text, text) IS
+'flagmeter.balance on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.reserve(tenant text, meter text, amount bigint,
+	ttl interval DEFAULT '5 minutes', idempotency_key text DEFAULT NULL,
+	OUT granted boolean, OUT reservation_id bigint, OUT reserved bigint,
+	OUT expires_at timestamptz, OUT balance bigint)
+RETURNS record
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.reserve(text, text, bigint, interval, text) IS
+'flagmeter.reserve on the tenant''s shard; the reservation id is that shard''s';
+
 CREATE FUNCTION flagmeter.assign_plan(tenant text, plan text,
 	anchor timestamptz DEFAULT NULL, timezone text DEFAULT NULL)
 RETURNS void

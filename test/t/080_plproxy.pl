@@ -296,6 +296,11 @@ my @calls = (
 	         try($$SELECT flagmeter.track_batch(NULL, NULL, NULL)$$), flagmeter.track_batch('{}', '{}', '{}')},
 	q{SELECT try($$SELECT flagmeter.track('t01', 'calls', 1, now(), 'c-1')$$),
 	         try($$SELECT flagmeter.consume('t01', 'calls', 1, 'k5')$$)},
+	q{SELECT flagmeter.grant_credits('t13', 'calls', 5) > 0},
+	q{SELECT flagmeter.balance('t13', 'calls')},
+	q{SELECT granted, reserved, balance FROM flagmeter.reserve('t13', 'calls', 3, '1 hour', 'r-1')},
+	q{SELECT granted, reserved, balance FROM flagmeter.reserve('t13', 'calls', 3, '1 hour', 'r-1')},
+	q{SELECT * FROM flagmeter.consume('t13', 'calls', 10)},
 	q{SELECT * FROM flagmeter.limit_config('t07', 'calls')},
 	q{SELECT t, flagmeter.has_feature(t, 'sso'), flagmeter.feature_config(t, 'seats_max')
 	  FROM unnest(ARRAY['t01', 't02', 't03', 't04']) t ORDER BY t},
