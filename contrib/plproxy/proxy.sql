@@ -432,7 +432,8 @@ COMMENT ON FUNCTION flagmeter.track_events(text[], text[], bigint[], timestamptz
 CREATE FUNCTION flagmeter.consume_batch_on(part integer, tenants text[], meters text[], amounts bigint[],
 	idempotency_keys text[], items integer[])
 RETURNS TABLE (item integer, granted boolean, used bigint, quota bigint, remaining bigint,
-	resets_at timestamptz, overage bigint, meter text, reason text)
+	resets_at timestamptz, overage bigint, meter text, reason text, from_grants bigint,
+	balance bigint)
 LANGUAGE plproxy VOLATILE
 AS $$
 	CLUSTER 'flagmeter';
@@ -445,7 +446,8 @@ COMMENT ON FUNCTION flagmeter.consume_batch_on(integer, text[], text[], bigint[]
 CREATE FUNCTION flagmeter.consume_batch(tenants text[], meters text[], amounts bigint[],
 	idempotency_keys text[] DEFAULT NULL, items integer[] DEFAULT NULL)
 RETURNS TABLE (item integer, granted boolean, used bigint, quota bigint, remaining bigint,
-	resets_at timestamptz, overage bigint, meter text, reason text)
+	resets_at timestamptz, overage bigint, meter text, reason text, from_grants bigint,
+	balance bigint)
 LANGUAGE plpgsql VOLATILE ROWS 16
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -476,7 +478,8 @@ BEGIN
 		RETURN;
 	END IF;
 	RETURN QUERY
-	SELECT d.item, d.granted, d.used, d.quota, d.remaining, d.resets_at, d.overage, d.meter, d.reason
+	SELECT d.item, d.granted, d.used, d.quota, d.remaining, d.resets_at, d.overage, d.meter, d.reason,
+	       d.from_grants, d.balance
 	FROM flagmeter.elements_by_partition(tenants) e,
 	     LATERAL flagmeter.consume_batch_on(e.part, flagmeter.pick(tenants, e.idx),
 	         flagmeter.pick(meters, e.idx), flagmeter.pick(amounts, e.idx),
