@@ -289,11 +289,14 @@ class EventStream {
         break
       case 'plan_changed': {
         c.replaceLimits({ tenant: e.tenant }, await limitsOf(db, { tenant: e.tenant }))
-        // a cached tenant moves onto its new plan's rows, read if not cached
-        const load = this._features ? this._features.applyPlan(e.tenant, e.plan ?? null, e.version) : null
-        if (load !== null) {
-          const { version, rows } = await planFeatures(db, load)
-          this._features.loadPlan(load, rows, version)
+        // a cached tenant moves onto its new plan's rows, read first if not cached
+        if (this._features) {
+          const missing = this._features.planToLoad(e.tenant, e.plan ?? null, e.version)
+          if (missing !== null) {
+            const { version, rows } = await planFeatures(db, missing)
+            this._features.loadPlan(missing, rows, version)
+          }
+          this._features.applyPlan(e.tenant, e.plan ?? null, e.version)
         }
         break
       }

@@ -97,16 +97,23 @@ class FeatureCache {
   }
 
   /**
-   * A plan_changed event: the tenant is on plan now (null: unassigned, its
-   * overrides gone with it).  Returns the plan whose rows must be loaded
-   * for the tenant to be answered, or null.
+   * Before a plan_changed event is applied: the plan whose rows must be
+   * loaded first for the tenant to be answered after it, or null.  Loaded
+   * before the tenant moves, so that no answer in between finds the tenant
+   * on a plan without rows (answer() would drop the tenant).
    */
-  applyPlan (tenant, plan, version) {
+  planToLoad (tenant, plan, version) {
     const t = this._tenants.get(tenant)
     if (t === undefined || big(version) <= t.loadedAt) return null
+    return plan !== null && !this._plans.has(plan) ? plan : null
+  }
+
+  /** A plan_changed event: the tenant is on plan now (null: unassigned, its overrides gone with it). */
+  applyPlan (tenant, plan, version) {
+    const t = this._tenants.get(tenant)
+    if (t === undefined || big(version) <= t.loadedAt) return
     t.plan = plan
     if (plan === null) t.overrides.clear()
-    return plan !== null && !this._plans.has(plan) ? plan : null
   }
 
   /** Forget everything (the outbox no longer holds what was missed). */

@@ -193,9 +193,13 @@ test('FeatureCache: events at or below a load are passed over; the oldest tenant
   f.applyFeature({ version: 13, tenant: 'a', feature: 'sso', enabled: null, config: null }) // dropped
   assert.deepEqual(f.answer('a', 'sso'), { enabled: true, config: null })
   assert.equal(f.answer('a', 'unheard_of'), undefined)
-  assert.equal(f.applyPlan('a', 'team', 14), 'team') // to be read
+  assert.equal(f.planToLoad('a', 'team', 14), 'team') // to be read first
+  assert.deepEqual(f.answer('a', 'sso'), { enabled: true, config: null }) // still on pro meanwhile
   f.loadPlan('team', [], 14)
+  f.applyPlan('a', 'team', 14)
   assert.deepEqual(f.answer('a', 'exports'), { enabled: false, config: null })
+  assert.equal(f.hasTenant('a'), true)
+  assert.equal(f.planToLoad('a', 'team', 14), null) // applied already
   f.loadTenant('b', { version: 15, plan: null, overrides: [], names })
   f.loadTenant('c', { version: 16, plan: null, overrides: [], names })
   assert.equal(f.hasTenant('a'), false)
