@@ -65,7 +65,9 @@ function decision (row) {
     resetsAt: row.resets_at,
     overage: row.overage,
     meter: row.meter,
-    reason: row.reason
+    reason: row.reason,
+    fromGrants: row.from_grants,
+    balance: row.balance
   }
 }
 
@@ -105,4 +107,36 @@ async function runConsumeGroup (db, calls) {
   return calls.map((c, i) => (c.multi ? byItem[i] : byItem[i][0]))
 }
 
-module.exports = { trackCall, consumeCall, decision, runTrackGroup, runConsumeGroup, checkName, checkAmount }
+/** A reservation's ttl: seconds (a positive number) or a PostgreSQL interval text; null: the server's default. */
+function checkTtl (ttl) {
+  if (ttl === undefined || ttl === null) return null
+  if (typeof ttl === 'number') {
+    if (!Number.isFinite(ttl) || ttl <= 0) throw new RangeError(`ttl must be a positive number of seconds: ${ttl}`)
+    return `${ttl} seconds`
+  }
+  if (typeof ttl === 'string' && ttl !== '') return ttl
+  throw new TypeError('ttl must be a number of seconds or an interval text')
+}
+
+function reservation (row) {
+  return {
+    granted: row.granted,
+    reservationId: row.reservation_id,
+    reserved: row.reserved,
+    expiresAt: row.expires_at,
+    balance: row.balance
+  }
+}
+
+module.exports = {
+  trackCall,
+  consumeCall,
+  decision,
+  reservation,
+  runTrackGroup,
+  runConsumeGroup,
+  checkName,
+  checkAmount,
+  checkKey,
+  checkTtl
+}

@@ -24,6 +24,7 @@ const { check } = require('./sql/check')
 const { track } = require('./sql/track')
 const { consume } = require('./sql/consume')
 const { consumeMeters } = require('./sql/consumeMeters')
+const credits = require('./sql/credits')
 
 const EVENT_KINDS = ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed', 'feature_changed',
   'grant_low', 'grant_exhausted', 'grant_expired', 'invalidate']
@@ -50,6 +51,32 @@ class Transaction {
     calls.checkName(meter, 'meter')
     calls.checkAmount(amount, 'amount', false)
     return calls.decision(await check(this.client, tenant, meter, amount))
+  }
+
+  async balance (tenant, meter) {
+    calls.checkName(tenant, 'tenant')
+    calls.checkName(meter, 'meter')
+    return credits.balance(this.client, tenant, meter)
+  }
+
+  async reserve (tenant, meter, amount, options = {}) {
+    calls.checkName(tenant, 'tenant')
+    calls.checkName(meter, 'meter')
+    calls.checkAmount(amount, 'amount', true)
+    const ttl = calls.checkTtl(options.ttl)
+    const key = calls.checkKey(options.key)
+    return calls.reservation(await credits.reserve(this.client, tenant, meter, amount, ttl ?? '5 minutes', key))
+  }
+
+  async settle (reservationId, actual) {
+    calls.checkAmount(reservationId, 'reservationId', true)
+    calls.checkAmount(actual, 'actual', false)
+    return calls.decision(await credits.settle(this.client, reservationId, actual))
+  }
+
+  async release (reservationId) {
+    calls.checkAmount(reservationId, 'reservationId', true)
+    return credits.release(this.client, reservationId)
   }
 }
 
@@ -169,6 +196,34 @@ class FlagMeter extends EventEmitter {
   async check (tenant, meter, amount = 1) {
     this._open()
     return this._withClient((db) => new Transaction(db).check(tenant, meter, amount))
+  }
+
+  /** Quota left plus what the tenant's active credit grants hold (a database read; null: unlimited). */
+  async balance (tenant, meter) {
+    this._open()
+    return this._withClient((db) => new Transaction(db).balance(tenant, meter))
+  }
+
+  /**
+   * Hold amount against the quota and grants until settle, release or the
+   * ttl (seconds or an interval text; default 5 minutes); committed when it
+   * resolves.  Unbatched: one transaction per call.
+   */
+  async reserve (tenant, meter, amount, options = {}) {
+    this._open()
+    return this._withClient((db) => new Transaction(db).reserve(tenant, meter, amount, options))
+  }
+
+  /** Record actual for a reservation and free the rest of its hold; the decision of the recorded usage. */
+  async settle (reservationId, actual) {
+    this._open()
+    return this._withClient((db) => new Transaction(db).settle(reservationId, actual))
+  }
+
+  /** Free a reservation's hold without recording usage; false when it had ended already. */
+  async release (reservationId) {
+    this._open()
+    return this._withClient((db) => new Transaction(db).release(reservationId))
   }
 
   /** Whether the tenant is blocked at a hard limit of the meter, from the cache. */

@@ -74,6 +74,28 @@ export interface Decision {
   meter: string
   /** Why: see DecisionReason. */
   reason: DecisionReason
+  /** Units of this call drawn from credit grants (for check: that would be drawn); 0 without grants or when denied. */
+  fromGrants: Int
+  /** remaining plus what the active credit grants hold; null when unlimited and never granted credits. */
+  balance: Int | null
+}
+
+export interface ReserveOptions {
+  /** How long the hold lasts: seconds, or a PostgreSQL interval text. Default '5 minutes'. */
+  ttl?: number | string
+  /** Idempotency key: a retry returns the reservation it made. */
+  key?: string
+}
+
+/** flagmeter.reserve's answer, with camelCase names. */
+export interface Reservation {
+  granted: boolean
+  /** null when refused */
+  reservationId: Int | null
+  reserved: Int
+  expiresAt: Date | null
+  /** what is left after the hold */
+  balance: Int | null
 }
 
 /** flagmeter.decision.reason (README, "Decision"). */
@@ -233,6 +255,10 @@ export declare class Transaction {
   consume (tenant: string, meter: string, amount?: Int, options?: ConsumeOptions): Promise<Decision>
   consume (tenant: string, meters: string[], amounts: Int[], options?: ConsumeOptions): Promise<Decision[]>
   check (tenant: string, meter: string, amount?: Int): Promise<Decision>
+  balance (tenant: string, meter: string): Promise<Int | null>
+  reserve (tenant: string, meter: string, amount: Int, options?: ReserveOptions): Promise<Reservation>
+  settle (reservationId: Int, actual: Int): Promise<Decision>
+  release (reservationId: Int): Promise<boolean>
 }
 
 export declare class FlagMeter extends EventEmitter {
@@ -257,6 +283,14 @@ export declare class FlagMeter extends EventEmitter {
   consume (tenant: string, meters: string[], amounts: Int[], options?: ConsumeOptions): Promise<Decision[]>
   /** The exact decision for `amount` more, recording nothing (a database read). */
   check (tenant: string, meter: string, amount?: Int): Promise<Decision>
+  /** Quota left plus active credit grants (a database read); null when unlimited. */
+  balance (tenant: string, meter: string): Promise<Int | null>
+  /** Hold amount against quota and grants until settle, release or the ttl; committed when it resolves. */
+  reserve (tenant: string, meter: string, amount: Int, options?: ReserveOptions): Promise<Reservation>
+  /** Record actual for a reservation (past the limit as overage if more than reserved); frees the rest. */
+  settle (reservationId: Int, actual: Int): Promise<Decision>
+  /** Free a reservation's hold without usage; false when it had ended already. */
+  release (reservationId: Int): Promise<boolean>
   /** From the local cache, no round trip; an entry expires at its period's end. */
   isBlocked (tenant: string, meter: string): boolean
   /** From the local cache: the limit in force, undefined when unlimited. */

@@ -29,7 +29,7 @@ test('a decision has the fields of flagmeter.decision', async () => {
   const fm = client()
   try {
     const d = await fm.consume('hot', 'api_calls', 1)
-    assert.deepEqual(d, { granted: true, used: 1, quota: 100, remaining: 99, resetsAt: null, overage: 0, meter: 'api_calls', reason: 'ok' })
+    assert.deepEqual(d, { granted: true, used: 1, quota: 100, remaining: 99, resetsAt: null, overage: 0, meter: 'api_calls', reason: 'ok', fromGrants: 0, balance: 99 })
     const free = await fm.consume('nobody', 'api_calls', 2)
     assert.equal(free.quota, null)
     assert.equal(free.remaining, null)

@@ -39,7 +39,8 @@ test('listen to two shards: each one\'s events in its own order, one cache for t
   const fm = new FlagMeter({
     connection: shards[0].connection(),
     listen: shards.map((s) => s.connection()),
-    reconnect: { initialDelayMs: 20, maxDelayMs: 100 }
+    // B stays away (0.5 to 1 s) while the changes below are made
+    reconnect: { initialDelayMs: 1000, maxDelayMs: 2000 }
   })
   const seen = [[], []]
   for (const kind of ['threshold', 'blocked', 'limit_changed']) {

@@ -5,7 +5,7 @@
 // argument order.
 const { types } = require('../numbers')
 
-const text = 'SELECT item, granted, used, quota, remaining, resets_at, overage, meter, reason' +
+const text = 'SELECT item, granted, used, quota, remaining, resets_at, overage, meter, reason, from_grants, balance' +
   ' FROM flagmeter.consume_batch($1::text[], $2::text[], $3::bigint[], $4::text[], $5::int[])'
 
 async function consumeBatch (db, tenants, meters, amounts, keys, items) {

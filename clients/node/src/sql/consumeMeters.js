@@ -3,7 +3,7 @@
 // transaction: one decision per meter in argument order.
 const { types } = require('../numbers')
 
-const text = 'SELECT granted, used, quota, remaining, resets_at, overage, meter, reason' +
+const text = 'SELECT granted, used, quota, remaining, resets_at, overage, meter, reason, from_grants, balance' +
   ' FROM flagmeter.consume($1, $2::text[], $3::bigint[], $4)'
 
 async function consumeMeters (db, tenant, meters, amounts, key) {

@@ -1,0 +1,33 @@
+'use strict'
+// Credit grants and reservations (README "Credit grants", "Reservations"):
+// unbatched calls, each its own statement on the connection given.
+const { types } = require('../numbers')
+
+const balanceText = 'SELECT flagmeter.balance($1, $2) AS balance'
+const reserveText = 'SELECT granted, reservation_id, reserved, expires_at, balance' +
+  ' FROM flagmeter.reserve($1, $2, $3::bigint, $4::interval, $5)'
+const settleText = 'SELECT granted, used, quota, remaining, resets_at, overage, meter, reason, from_grants, balance' +
+  ' FROM flagmeter.settle($1::bigint, $2::bigint)'
+const releaseText = 'SELECT flagmeter.release($1::bigint) AS released'
+
+async function balance (db, tenant, meter) {
+  const { rows } = await db.query({ text: balanceText, values: [tenant, meter], types })
+  return rows[0].balance
+}
+
+async function reserve (db, tenant, meter, amount, ttl, key) {
+  const { rows } = await db.query({ text: reserveText, values: [tenant, meter, amount, ttl, key], types })
+  return rows[0]
+}
+
+async function settle (db, reservationId, actual) {
+  const { rows } = await db.query({ text: settleText, values: [reservationId, actual], types })
+  return rows[0]
+}
+
+async function release (db, reservationId) {
+  const { rows } = await db.query({ text: releaseText, values: [reservationId], types })
+  return rows[0].released
+}
+
+module.exports = { balance, reserve, settle, release }
