@@ -309,13 +309,7 @@ DECLARE
 	r record;
 BEGIN
 	PERFORM flagmeter.check_limit_args(quota, period, mode, thresholds, false);
-	IF plan IS NULL THEN
-		RAISE EXCEPTION 'plan must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	IF NOT EXISTS (SELECT FROM flagmeter.plans p WHERE p.plan = store_limit.plan) THEN
-		RAISE EXCEPTION 'plan "%" does not exist', left(plan, 64) USING ERRCODE = 'undefined_object',
-			HINT = 'Define it first with flagmeter.define_plan().';
-	END IF;
+	PERFORM flagmeter.check_plan_exists(plan);
 	PERFORM flagmeter.check_meter_exists(meter);
 
 	-- the limit in force for the meter of every tenant of the plan, before
@@ -399,13 +393,7 @@ DECLARE
 	current_timezone text;
 BEGIN
 	PERFORM flagmeter.check_tenant(tenant);
-	IF plan IS NULL THEN
-		RAISE EXCEPTION 'plan must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	IF NOT EXISTS (SELECT FROM flagmeter.plans p WHERE p.plan = assign_plan.plan) THEN
-		RAISE EXCEPTION 'plan "%" does not exist', left(plan, 64) USING ERRCODE = 'undefined_object',
-			HINT = 'Define it first with flagmeter.define_plan().';
-	END IF;
+	PERFORM flagmeter.check_plan_exists(plan);
 	-- a zone name, not a POSIX offset such as '+05:30' (which reads as UTC-05:30)
 	IF timezone IS NOT NULL THEN
 		PERFORM flagmeter.check_timezone(timezone);
@@ -709,6 +697,22 @@ BEGIN
 	END IF;
 END $$;
 COMMENT ON FUNCTION flagmeter.check_meter_exists(text) IS 'raises a clear error unless the meter is defined';
+
+CREATE FUNCTION flagmeter.check_plan_exists(plan text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF plan IS NULL THEN
+		RAISE EXCEPTION 'plan must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF NOT EXISTS (SELECT FROM flagmeter.plans p WHERE p.plan = check_plan_exists.plan) THEN
+		RAISE EXCEPTION 'plan "%" does not exist', left(plan, 64) USING ERRCODE = 'undefined_object',
+			HINT = 'Define it first with flagmeter.define_plan().';
+	END IF;
+END $$;
+COMMENT ON FUNCTION flagmeter.check_plan_exists(text) IS 'raises a clear error unless the plan is defined';
 
 CREATE FUNCTION flagmeter.check_limit_args(quota bigint, period text, mode text,
 	thresholds integer[], inherit boolean)

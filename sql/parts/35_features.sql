@@ -99,13 +99,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-	IF plan IS NULL THEN
-		RAISE EXCEPTION 'plan must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	IF NOT EXISTS (SELECT FROM flagmeter.plans p WHERE p.plan = store_feature.plan) THEN
-		RAISE EXCEPTION 'plan "%" does not exist', left(plan, 64) USING ERRCODE = 'undefined_object',
-			HINT = 'Define it first with flagmeter.define_plan().';
-	END IF;
+	PERFORM flagmeter.check_plan_exists(plan);
 	PERFORM flagmeter.check_feature_exists(feature);
 	IF enabled IS NULL THEN
 		RAISE EXCEPTION 'enabled must not be NULL' USING ERRCODE = 'null_value_not_allowed';
