@@ -29,6 +29,7 @@ OBJS = \
 	src/consume.o \
 	src/consume_batch.o \
 	src/grants.o \
+	src/pools.o \
 	src/reservations.o \
 	src/reads.o \
 	src/void.o \

@@ -30,6 +30,7 @@
 #include "limit_lookup.h"
 #include "notify.h"
 #include "period.h"
+#include "pools.h"
 #include "reservations.h"
 #include "track_alerts.h"
 #include "usage_rows.h"
@@ -385,19 +386,23 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 }
 
 /*
- * Remember the decisions under the key.  When a concurrent call with the
- * key committed first, returns its decisions (which win); else NULL.
+ * Remember the decisions under the key: the named items' as "consume",
+ * the pools' added to them (items nnamed and after) as "consume_pool",
+ * which a retry does not return.  When a concurrent call with the key
+ * committed first, returns its decisions (which win); else NULL.
  */
 static FmDecision *
 remember_decisions(const char *tenant, const char *key, ConsumeItem *items, int n,
-				   TimestampTz now, const FmDecision *decisions, int *nremembered)
+				   int nnamed, TimestampTz now, const FmDecision *decisions,
+				   int *nremembered)
 {
 	int			i;
 
 	for (i = 0; i < n; i++)
 	{
 		if (!fm_claim_key(tenant, key, i, items[i].meter, items[i].amount, now,
-						  items[i].period_start, "consume", &decisions[i]))
+						  items[i].period_start, i < nnamed ? "consume" : "consume_pool",
+						  &decisions[i]))
 		{
 			FmDecision *remembered = fm_replayed_decisions(tenant, key, nremembered);
 
@@ -442,9 +447,85 @@ record_items(const char *tenant, const char *key, ConsumeItem *items, int n,
 	}
 }
 
+/* The item of meter among items[0 .. n - 1], or -1. */
+static int
+item_of_meter(const ConsumeItem *items, int n, const char *meter)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (strcmp(items[i].meter, meter) == 0)
+			return i;
+	return -1;
+}
+
+/*
+ * The items of a consume with the credit pools its meters draw from
+ * (pools.h): the n named items, then one item per pool the call does not
+ * name, whose amount is what its drawing items use of it (added to the
+ * pool's own item when the call names the pool too).  Their limits and
+ * periods are loaded.  Returns items itself when no item draws.
+ */
+static ConsumeItem *
+with_pool_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
+				int *nall)
+{
+	ConsumeItem *all = NULL;
+	int			count = n;
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		const FmLimit *limit = &items[i].limit;
+		int64		amount;
+		int			p;
+
+		if (!fm_draws_from_pool(limit))
+			continue;
+		if (all == NULL)
+		{
+			/* each named item adds at most one pool */
+			all = palloc0(sizeof(ConsumeItem) * 2 * n);
+			memcpy(all, items, sizeof(ConsumeItem) * n);
+		}
+		amount = fm_pool_amount(limit, items[i].amount);
+		p = item_of_meter(all, count, limit->pool);
+		if (p < 0)
+		{
+			p = count++;
+			all[p].meter = pstrdup(limit->pool);
+			all[p].force = items[i].force;
+			fm_load_limit(tenant, all[p].meter, false, &all[p].limit);
+			fm_period_bounds(all[p].limit.period, all[p].limit.anchor, all[p].limit.tz,
+							 now, &all[p].period_start, &all[p].period_end);
+		}
+		if (pg_add_s64_overflow(all[p].amount, amount, &all[p].amount))
+			ereport(ERROR,
+					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+					 errmsg("value out of range: the units of pool \"%s\" in one consume",
+							limit->pool)));
+	}
+	*nall = count;
+	return all ? all : items;
+}
+
+/* The named items' decisions, each with its pool's when it draws from one. */
+static void
+fold_pool_decisions(const ConsumeItem *items, int nnamed, int nall, FmDecision *decisions)
+{
+	int			i;
+
+	for (i = 0; i < nnamed; i++)
+		if (fm_draws_from_pool(&items[i].limit))
+			fm_pool_fold_decision(&decisions[i],
+								  &decisions[item_of_meter(items, nall, items[i].limit.pool)]);
+}
+
 /*
  * The heart of consume (consume.h).  The common call (one sum or count
- * meter, no key, no credit grants) takes consume_one's shorter path.
+ * meter, no key, no credit grants or pool) takes consume_one's shorter
+ * path; a call whose meters draw from pools decides and records their
+ * pools as items of its own, after the named ones.
  */
 FmDecision *
 fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key,
@@ -452,6 +533,8 @@ fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key,
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	FmDecision *decisions;
+	ConsumeItem *all;
+	int			nall;
 	int			i;
 
 	*ndecisions = n;
@@ -467,7 +550,9 @@ fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key,
 						 &items[i].period_start, &items[i].period_end);
 	}
 
-	if (n == 1 && key == NULL && !items[0].limit.grants && !items[0].limit.reserves &&
+	all = with_pool_items(tenant, items, n, now, &nall);
+
+	if (nall == 1 && key == NULL && !items[0].limit.grants && !items[0].limit.reserves &&
 		!items[0].force &&
 		(items[0].limit.aggregation == FM_AGG_SUM ||
 		 items[0].limit.aggregation == FM_AGG_COUNT))
@@ -481,15 +566,16 @@ fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key,
 		FmDecision *remembered = NULL;
 		bool		granted;
 
-		decisions = SPI_palloc(sizeof(FmDecision) * n);
-		granted = decide_items(tenant, items, n, now, decisions);
+		decisions = SPI_palloc(sizeof(FmDecision) * nall);
+		granted = decide_items(tenant, all, nall, now, decisions);
+		fold_pool_decisions(all, n, nall, decisions);
 		if (key)
-			remembered = remember_decisions(tenant, key, items, n, now, decisions,
+			remembered = remember_decisions(tenant, key, all, nall, n, now, decisions,
 											ndecisions);
 		if (remembered)
 			decisions = remembered;
 		else if (granted)
-			record_items(tenant, key, items, n, now, decisions);
+			record_items(tenant, key, all, nall, now, decisions);
 	}
 	SPI_finish();
 	return decisions;
@@ -516,19 +602,29 @@ void
 fm_lock_consume_periods(char **tenants, char **meters, int n)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	TenantMeter *pairs = palloc(sizeof(TenantMeter) * Max(n, 1));
+	TenantMeter *pairs = palloc(sizeof(TenantMeter) * 2 * Max(n, 1));
+	int			npairs = 0;
 	int			i;
 
+	/* the named meters, and the pools they draw from (pools.h) */
+	fm_lock_counters_for_write();
 	for (i = 0; i < n; i++)
 	{
-		pairs[i].tenant = tenants[i];
-		pairs[i].meter = meters[i];
-	}
-	qsort(pairs, n, sizeof(TenantMeter), compare_tenant_meters);
+		FmLimit		limit;
 
-	fm_lock_counters_for_write();
+		pairs[npairs].tenant = tenants[i];
+		pairs[npairs++].meter = meters[i];
+		fm_load_limit(tenants[i], meters[i], false, &limit);
+		if (fm_draws_from_pool(&limit))
+		{
+			pairs[npairs].tenant = tenants[i];
+			pairs[npairs++].meter = pstrdup(limit.pool);
+		}
+	}
+	qsort(pairs, npairs, sizeof(TenantMeter), compare_tenant_meters);
+
 	SPI_connect();
-	for (i = 0; i < n; i++)
+	for (i = 0; i < npairs; i++)
 	{
 		FmLimit		limit;
 		TimestampTz start,

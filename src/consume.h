@@ -55,7 +55,7 @@ extern FmDecision *fm_consume_items(const char *tenant, ConsumeItem *items, int 
 
 /*
  * Lock stripe 0 of the current period of every (tenant, meter) given
- * (repeats allowed), in (tenant, meter) byte order, until the transaction
+ * (repeats allowed) and of the credit pool each meter draws from, in (tenant, meter) byte order, until the transaction
  * ends: what a caller that then decides several tenants' consumes in one
  * transaction takes first, so that two such transactions cannot deadlock
  * whatever order their items come in (single consumes lock one tenant's

@@ -30,12 +30,17 @@ static FmStatement claim_key_stmt = {
 
 #define CLAIM_KEY_DECISION_ARG 9	/* 0-based: $10 */
 
-/* columns 3 .. 11: the decision */
+/*
+ * columns 3 .. 11: the decision; of the meters the call named (a pool's
+ * part, pools.h, is not returned to a retry)
+ */
 static FmStatement read_key_stmt = {
 	"SELECT kind, meter, granted, used, quota, remaining, resets_at, overage, reason,"
 	" from_grants, balance"
 	" FROM flagmeter.event_keys"
-	" WHERE tenant" FM_EQ "$1 AND idempotency_key" FM_EQ "$2 ORDER BY seq",
+	" WHERE tenant" FM_EQ "$1 AND idempotency_key" FM_EQ "$2"
+	" AND kind OPERATOR(pg_catalog.<>) ALL ('{consume_pool,track_pool}'::pg_catalog.text[])"
+	" ORDER BY seq",
 	2, {TEXTOID, TEXTOID}
 };
 

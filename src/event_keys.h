@@ -15,7 +15,8 @@
 
 /*
  * Record the key's row seq (one row per meter of a consume, in call
- * order); kind is "track" (decision NULL) or "consume".  False when the
+ * order); kind is "track" (decision NULL) or "consume", or "track_pool" or
+ * "consume_pool" for the part of the call a credit pool records (pools.h).  False when the
  * key is already recorded: by a committed transaction, or by one that
  * commits while this waits on its row.
  */

@@ -42,6 +42,11 @@ typedef struct FmLimit
 	bool		reserves;		/* the tenant made reservations on the meter:
 								 * its decisions count their holds
 								 * (reservations.c) */
+	char		pool[FM_NAME_MAX_BYTES + 1];	/* the credit pool the meter
+												 * draws from, "" for none
+												 * (pools.h) */
+	int64		rate_num;		/* pool units per unit: rate_num / rate_den */
+	int64		rate_den;
 	int32		fingerprint;	/* of what decides the announcements: track
 								 * re-reads a period whose recheck figure was
 								 * worked out for another one */

@@ -116,6 +116,9 @@ typedef struct PlanLimitEntry
 	bool		hard;
 	int			nthresholds;
 	int			thresholds[FM_MAX_THRESHOLDS];
+	char		pool[FM_NAME_MAX_BYTES + 1];	/* the meter's credit pool */
+	int64		rate_num;
+	int64		rate_den;
 } PlanLimitEntry;
 
 static HTAB *plan_limit_cache = NULL;
@@ -334,9 +337,15 @@ fm_config_changed(PG_FUNCTION_ARGS)
 	return PointerGetDatum(NULL);
 }
 
-/* the meter's aggregation and plan $1's limit for meter $2 (no row: no such meter) */
+/*
+ * the meter's aggregation, plan $1's limit for meter $2 (no row: no such
+ * meter), and the meter's pool with its rate as an exact fraction
+ */
 static FmStatement plan_limit_stmt = {
-	"SELECT m.aggregation, l.quota, l.period, l.mode, l.thresholds"
+	"SELECT m.aggregation, l.quota, l.period, l.mode, l.thresholds, m.draws,"
+	" (m.rate OPERATOR(pg_catalog.*) pg_catalog.power(10::pg_catalog.numeric,"
+	"   pg_catalog.scale(m.rate)))::pg_catalog.int8,"
+	" pg_catalog.power(10::pg_catalog.numeric, pg_catalog.scale(m.rate))::pg_catalog.int8"
 	" FROM flagmeter.meters m"
 	" LEFT JOIN flagmeter.limits l"
 	"   ON l.plan OPERATOR(pg_catalog.=) $1 AND l.meter OPERATOR(pg_catalog.=) m.meter"
@@ -412,6 +421,13 @@ plan_limit(const char *plan, const char *tenant, const char *meter, bool read_on
 			strcmp(TextDatumGetCString(SPI_getbinval(row, desc, 4, &isnull)), "hard") == 0;
 		thresholds_from_array(SPI_getbinval(row, desc, 5, &isnull), tenant, meter,
 							  loaded.thresholds, &loaded.nthresholds);
+	}
+	d = SPI_getbinval(row, desc, 6, &isnull);
+	if (!isnull)
+	{
+		strlcpy(loaded.pool, TextDatumGetCString(d), sizeof(loaded.pool));
+		loaded.rate_num = DatumGetInt64(SPI_getbinval(row, desc, 7, &isnull));
+		loaded.rate_den = DatumGetInt64(SPI_getbinval(row, desc, 8, &isnull));
 	}
 	SPI_finish();
 
@@ -504,6 +520,9 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 		limit->thresholds[0] = 80;
 		limit->thresholds[1] = 100;
 	}
+	strlcpy(limit->pool, pl->pool, sizeof(limit->pool));
+	limit->rate_num = pl->rate_num;
+	limit->rate_den = pl->rate_den;
 	limit->fingerprint = fm_limit_fingerprint(limit);
 	limit->anchor = assigned ? DatumGetTimestampTz(t[1]) : FM_UNASSIGNED_ANCHOR;
 	limit->tz = fm_lookup_timezone(assigned ? TextDatumGetCString(t[2]) : "UTC");

@@ -20,6 +20,7 @@
 #include "reservations.h"
 #include "limit_lookup.h"
 #include "period.h"
+#include "pools.h"
 #include "pk_scan.h"
 #include "reads.h"
 
@@ -99,6 +100,14 @@ fm_check_decision(const char *tenant, const char *meter, int64 amount,
 	else
 		fm_decide(&limit, &current, amount, now, period_end, false, &decision, NULL);
 	decision.meter = meter;
+	if (fm_draws_from_pool(&limit))
+	{
+		/* and its pool's decision on the pool units (no pool draws from one) */
+		FmDecision	pool;
+
+		fm_check_decision(tenant, limit.pool, fm_pool_amount(&limit, amount), &pool);
+		fm_pool_fold_decision(&decision, &pool);
+	}
 	*out = decision;
 }
 

@@ -22,6 +22,7 @@
 #include "grants.h"
 #include "limit_lookup.h"
 #include "period.h"
+#include "pools.h"
 #include "reads.h"
 #include "reservations.h"
 #include "statements.h"
@@ -213,6 +214,12 @@ fm_reserve(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("meter \"%s\" is a %s meter: reservations hold units of sum meters",
 						meter, fm_aggregation_name(limit.aggregation))));
+	if (fm_draws_from_pool(&limit))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("meter \"%s\" draws from the credit pool \"%s\"", meter, limit.pool),
+				 errhint("Reserve units of \"%s\" (the units of \"%s\" times its rate), and track \"%s\" when settled.",
+						 limit.pool, meter, meter)));
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, now, &period_start, &period_end);
 	args[0] = CStringGetTextDatum(tenant);
 	args[1] = CStringGetTextDatum(meter);

@@ -19,6 +19,7 @@
 #include "grants.h"
 #include "limit_lookup.h"
 #include "period.h"
+#include "pools.h"
 #include "stripes.h"
 #include "track_alerts.h"
 #include "usage_rows.h"
@@ -103,40 +104,29 @@ fm_track_text(PG_FUNCTION_ARGS)
 	return track_call(fcinfo, true);
 }
 
-static Datum
-track_call(FunctionCallInfo fcinfo, bool occurred_at_text)
+/*
+ * Record one event of track, in SPI: claim the key (row seq of kind),
+ * write the event and its stripe, draw grants past the quota, announce.
+ * False, recording nothing, when the key was recorded before.  *limit is
+ * the meter's limit.
+ */
+static bool
+record_event(const char *tenant, const char *meter, int64 amount, TimestampTz occurred_at,
+			 const char *key, int seq, const char *kind, FmLimit *limit)
 {
-	char	   *tenant = fm_arg_tenant(fcinfo, 0);
-	char	   *meter = fm_arg_meter(fcinfo, 1);
-	char	   *key = fm_arg_key(fcinfo, 4);
-	int64		amount;
-	TimestampTz occurred_at;
-	FmLimit		limit;
 	TimestampTz period_start;
 	TimestampTz period_end;
 	FmCounter	delta;
 	StripeWritten written;
 	Datum		args[9];
 
-	amount = fm_arg_amount(fcinfo, 2, true);
-	occurred_at = occurred_at_text ?
-		fm_arg_timestamp_text(fcinfo, 3, "occurred_at",
-							  "The fourth argument of track is occurred_at (consume's is the idempotency key). "
-							  "Pass a key by name: flagmeter.track(tenant, meter, amount, idempotency_key => '...').") :
-		fm_arg_timestamp(fcinfo, 3, "occurred_at");
-
-	fm_lock_counters_for_write();
-	SPI_connect();
-	fm_load_limit(tenant, meter, false, &limit);
-	fm_period_bounds(limit.period, limit.anchor, limit.tz, occurred_at,
+	fm_load_limit(tenant, meter, false, limit);
+	fm_period_bounds(limit->period, limit->anchor, limit->tz, occurred_at,
 					 &period_start, &period_end);
 
-	if (key && !fm_claim_key(tenant, key, 0, meter, amount, occurred_at,
-							 period_start, "track", NULL))
-	{
-		SPI_finish();
-		PG_RETURN_BOOL(false);
-	}
+	if (key && !fm_claim_key(tenant, key, seq, meter, amount, occurred_at,
+							 period_start, kind, NULL))
+		return false;
 
 	/*
 	 * One statement (two when the stripe does not exist yet): the raw event
@@ -172,16 +162,50 @@ track_call(FunctionCallInfo fcinfo, bool occurred_at_text)
 		elog(ERROR, "track wrote " UINT64_FORMAT " counter rows of tenant \"%s\" meter \"%s\"",
 			 (uint64) SPI_processed, tenant, meter);
 	written = fm_stripe_written(0, 1);
-	if (limit.grants)
+	if (limit->grants)
 	{
-		int64		left = fm_grants_after_track(tenant, meter, &limit, period_start,
-												 fm_used_of(&delta, limit.aggregation),
+		int64		left = fm_grants_after_track(tenant, meter, limit, period_start,
+												 fm_used_of(&delta, limit->aggregation),
 												 GetCurrentTransactionStartTimestamp());
+		FmLimit		announce = fm_grants_announce_limit(limit, left);
 
-		limit = fm_grants_announce_limit(&limit, left);
+		fm_announce_after_track(tenant, meter, &announce, period_start, &written);
 	}
-	fm_announce_after_track(tenant, meter, &limit, period_start, &written);
+	else
+		fm_announce_after_track(tenant, meter, limit, period_start, &written);
+	return true;
+}
 
+static Datum
+track_call(FunctionCallInfo fcinfo, bool occurred_at_text)
+{
+	char	   *tenant = fm_arg_tenant(fcinfo, 0);
+	char	   *meter = fm_arg_meter(fcinfo, 1);
+	char	   *key = fm_arg_key(fcinfo, 4);
+	int64		amount;
+	TimestampTz occurred_at;
+	FmLimit		limit;
+	bool		counted;
+
+	amount = fm_arg_amount(fcinfo, 2, true);
+	occurred_at = occurred_at_text ?
+		fm_arg_timestamp_text(fcinfo, 3, "occurred_at",
+							  "The fourth argument of track is occurred_at (consume's is the idempotency key). "
+							  "Pass a key by name: flagmeter.track(tenant, meter, amount, idempotency_key => '...').") :
+		fm_arg_timestamp(fcinfo, 3, "occurred_at");
+
+	fm_lock_counters_for_write();
+	SPI_connect();
+	counted = record_event(tenant, meter, amount, occurred_at, key, 0, "track", &limit);
+	if (counted && fm_draws_from_pool(&limit))
+	{
+		/* the pool's units, under the same key (pools.h) */
+		FmLimit		pool_limit;
+		char	   *pool = pstrdup(limit.pool);
+
+		record_event(tenant, pool, fm_pool_amount(&limit, amount), occurred_at, key, 1,
+					 "track_pool", &pool_limit);
+	}
 	SPI_finish();
-	PG_RETURN_BOOL(true);
+	PG_RETURN_BOOL(counted);
 }

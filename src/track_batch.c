@@ -25,6 +25,7 @@
 #include "grants.h"
 #include "limit_lookup.h"
 #include "period.h"
+#include "pools.h"
 #include "stripes.h"
 #include "track_alerts.h"
 #include "usage_rows.h"
@@ -100,7 +101,8 @@ typedef struct BatchGroupEntry
 /* The events of one call and what the call works out for them. */
 typedef struct TrackBatch
 {
-	int			n;
+	int			n;				/* events: the named ones, then their pools' */
+	int			nnamed;			/* events the call named */
 	char	  **tenants;
 	char	  **meters;
 	int64	   *amounts;
@@ -191,6 +193,7 @@ batch_from_args(FunctionCallInfo fcinfo, TrackBatch *b)
 	memset(b, 0, sizeof(*b));
 	b->now = GetCurrentTransactionStartTimestamp();
 	b->n = fm_arg_batch_rows(fcinfo, &b->tenants, &b->meters, &b->amounts, true);
+	b->nnamed = b->n;
 	b->occurred = fm_arg_timestamp_array(fcinfo, 3, "occurred_at", b->n, b->now);
 	b->keys = fm_arg_key_array(fcinfo, 4, b->n);
 	for (i = 0; i < b->n; i++)
@@ -234,11 +237,81 @@ claim_batch_keys(TrackBatch *b)
 {
 	int			i;
 
-	b->counted = palloc(sizeof(bool) * b->n);
 	for (i = 0; i < b->n; i++)
 		b->counted[i] = !(b->keys && b->keys[i]) ||
 			fm_claim_key(b->tenants[i], b->keys[i], 0, b->meters[i], b->amounts[i],
 						 b->occurred[i], b->period_starts[i], "track", NULL);
+}
+
+/* The limit of (tenant, meter), loaded once per batch. */
+static const FmLimit *
+batch_limit(TrackBatch *b, const char *tenant, const char *meter)
+{
+	char		hkey[FM_TENANT_METER_KEY_BYTES];
+	BatchLimitEntry *entry;
+	bool		found;
+
+	tenant_meter_key(hkey, tenant, meter);
+	entry = hash_search(b->limits, hkey, HASH_ENTER, &found);
+	if (!found)
+		fm_load_limit(tenant, meter, false, &entry->limit);
+	return &entry->limit;
+}
+
+/*
+ * The credit pools' events (pools.h): for each counted event of a meter
+ * that draws from a pool, an event of the pool's units at the same time
+ * and under the same key (its row "track_pool", seq 1), after the named
+ * events in the batch's arrays (repalloc keeps them in the caller's
+ * memory).
+ */
+static void
+add_pool_events(TrackBatch *b)
+{
+	int			extra = 0;
+	int			total;
+	int			i;
+
+	for (i = 0; i < b->nnamed; i++)
+		if (b->counted[i] && fm_draws_from_pool(batch_limit(b, b->tenants[i], b->meters[i])))
+			extra++;
+	if (extra == 0)
+		return;
+	total = b->nnamed + extra;
+	b->tenants = repalloc(b->tenants, sizeof(char *) * total);
+	b->meters = repalloc(b->meters, sizeof(char *) * total);
+	b->amounts = repalloc(b->amounts, sizeof(int64) * total);
+	b->occurred = repalloc(b->occurred, sizeof(TimestampTz) * total);
+	if (b->keys)
+		b->keys = repalloc(b->keys, sizeof(char *) * total);
+	b->period_starts = repalloc(b->period_starts, sizeof(TimestampTz) * total);
+	b->counted = repalloc(b->counted, sizeof(bool) * total);
+	for (i = 0; i < b->nnamed; i++)
+	{
+		const FmLimit *limit = batch_limit(b, b->tenants[i], b->meters[i]);
+		const FmLimit *pool_limit;
+		TimestampTz end;
+		int			j;
+
+		if (!b->counted[i] || !fm_draws_from_pool(limit))
+			continue;
+		j = b->n++;
+		b->tenants[j] = b->tenants[i];
+		b->meters[j] = pstrdup(limit->pool);
+		b->amounts[j] = fm_pool_amount(limit, b->amounts[i]);
+		b->occurred[j] = b->occurred[i];
+		if (b->keys)
+			b->keys[j] = b->keys[i];
+		pool_limit = batch_limit(b, b->tenants[j], b->meters[j]);
+		fm_period_bounds(pool_limit->period, pool_limit->anchor, pool_limit->tz,
+						 b->occurred[j], &b->period_starts[j], &end);
+		b->counted[j] = true;
+		if (b->keys && b->keys[j] &&
+			!fm_claim_key(b->tenants[j], b->keys[j], 1, b->meters[j], b->amounts[j],
+						  b->occurred[j], b->period_starts[j], "track_pool", NULL))
+			elog(ERROR, "idempotency key \"%s\" of tenant \"%s\" has a pool row already",
+				 b->keys[j], b->tenants[j]);
+	}
 }
 
 /*
@@ -482,10 +555,13 @@ read_due_periods(TrackBatch *b, const PeriodList *written)
 static void
 track_events(TrackBatch *b)
 {
+	/* in the caller's memory: the answers outlive SPI */
+	b->counted = palloc(sizeof(bool) * b->n);
 	fm_lock_counters_for_write();
 	SPI_connect();
 	load_limits_and_periods(b);
 	claim_batch_keys(b);
+	add_pool_events(b);
 	insert_counted_events(b);
 	if (b->ncounted > 0)
 	{
@@ -508,12 +584,16 @@ Datum
 fm_track_batch(PG_FUNCTION_ARGS)
 {
 	TrackBatch	b;
+	int64		counted = 0;
+	int			i;
 
 	batch_from_args(fcinfo, &b);
 	if (b.n == 0)
 		PG_RETURN_INT64(0);
 	track_events(&b);
-	PG_RETURN_INT64(b.ncounted);
+	for (i = 0; i < b.nnamed; i++)
+		counted += b.counted[i] ? 1 : 0;
+	PG_RETURN_INT64(counted);
 }
 
 /*
@@ -535,8 +615,8 @@ fm_track_events(PG_FUNCTION_ARGS)
 	batch_from_args(fcinfo, &b);
 	if (b.n > 0)
 		track_events(&b);
-	counted = palloc(sizeof(Datum) * Max(b.n, 1));
-	for (i = 0; i < b.n; i++)
+	counted = palloc(sizeof(Datum) * Max(b.nnamed, 1));
+	for (i = 0; i < b.nnamed; i++)
 		counted[i] = BoolGetDatum(b.counted[i]);
-	PG_RETURN_ARRAYTYPE_P(construct_array(counted, b.n, BOOLOID, 1, true, TYPALIGN_CHAR));
+	PG_RETURN_ARRAYTYPE_P(construct_array(counted, b.nnamed, BOOLOID, 1, true, TYPALIGN_CHAR));
 }

@@ -26,7 +26,7 @@
 
 static FmStatement lock_key_stmt = {
 	"SELECT meter, amount, occurred_at, granted, voided_at IS NOT NULL,"
-	" kind OPERATOR(pg_catalog.=) 'consume'"
+	" kind OPERATOR(pg_catalog.=) ANY ('{consume,consume_pool}'::pg_catalog.text[])"
 	" FROM flagmeter.event_keys"
 	" WHERE tenant" FM_EQ "$1 AND idempotency_key" FM_EQ "$2 ORDER BY seq FOR UPDATE",
 	2, {TEXTOID, TEXTOID}

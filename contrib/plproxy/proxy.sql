@@ -856,16 +856,18 @@ COMMENT ON FUNCTION flagmeter.resolve_prepared(interval) IS
 
 -- The catalog calls that every shard must agree on ----------------------------------
 
-CREATE FUNCTION flagmeter.define_meter(meter text, aggregation text DEFAULT 'sum', unit text DEFAULT NULL)
+CREATE FUNCTION flagmeter.define_meter(meter text, aggregation text DEFAULT 'sum', unit text DEFAULT NULL,
+	draws text DEFAULT NULL, rate numeric DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
 	PERFORM flagmeter.on_every_shard(
-		format('SELECT flagmeter.define_meter(%L::text, %L::text, %L::text)', meter, aggregation, unit));
+		format('SELECT flagmeter.define_meter(%L::text, %L::text, %L::text, %L::text, %L::numeric)',
+		       meter, aggregation, unit, draws, rate));
 END $$;
-COMMENT ON FUNCTION flagmeter.define_meter(text, text, text) IS
+COMMENT ON FUNCTION flagmeter.define_meter(text, text, text, text, numeric) IS
 'flagmeter.define_meter on every shard or on none (two-phase commit)';
 
 CREATE FUNCTION flagmeter.define_plan(plan text)
@@ -938,7 +940,7 @@ REVOKE ALL ON FUNCTION flagmeter.consume(text, text[], bigint[], text) FROM PUBL
 REVOKE ALL ON FUNCTION flagmeter."check"(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.usage(text, text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.void(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION flagmeter.define_meter(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.define_meter(text, text, text, text, numeric) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.define_plan(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) FROM PUBLIC;

@@ -17,10 +17,24 @@ CREATE TABLE flagmeter.meters (
 		CONSTRAINT meters_aggregation_valid
 		CHECK (aggregation OPERATOR(pg_catalog.=) ANY (ARRAY['sum', 'count', 'max', 'latest'])),
 	unit		text CONSTRAINT meters_unit_length CHECK (pg_catalog.length(unit) OPERATOR(pg_catalog.<=) 63),
-	created_at	timestamptz NOT NULL DEFAULT pg_catalog.now()
+	created_at	timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	-- a credit pool: usage of this meter also uses rate units of the pool
+	-- meter per unit (define_meter checks the rest: a sum pool that draws
+	-- from no pool itself, a sum or count drawer)
+	draws		text REFERENCES flagmeter.meters,
+	rate		numeric
+		CONSTRAINT meters_rate_valid
+		CHECK (rate OPERATOR(pg_catalog.>) 0 AND pg_catalog.scale(rate) OPERATOR(pg_catalog.<=) 6
+		       AND rate OPERATOR(pg_catalog.<) 1000000000000::pg_catalog.numeric),
+	CONSTRAINT meters_draws_with_rate CHECK ((draws IS NULL) OPERATOR(pg_catalog.=) (rate IS NULL)),
+	CONSTRAINT meters_draws_other CHECK (draws OPERATOR(pg_catalog.<>) meter)
 );
 COMMENT ON TABLE flagmeter.meters IS
-'what is counted; aggregation says which figure of the counter is "used": sum of amounts, count of events, max amount, or latest amount';
+'what is counted; aggregation says which figure of the counter is "used": sum of amounts, count of events, max amount, or latest amount; draws and rate make a meter draw from a credit pool';
+COMMENT ON COLUMN flagmeter.meters.draws IS
+'the pool meter this meter draws from (NULL: none): every unit recorded on this meter records rate units of the pool, decided with it all or nothing';
+COMMENT ON COLUMN flagmeter.meters.rate IS
+'units of the pool per unit of this meter: an exact numeric (at most 6 decimal places), never a float; a call''s pool amount is amount * rate rounded up to a whole unit';
 
 CREATE TABLE flagmeter.plans (
 	plan		text PRIMARY KEY
@@ -238,7 +252,8 @@ COMMENT ON FUNCTION flagmeter.check_name(text, text) IS
 
 -- The catalog API -----------------------------------------------------------------
 
-CREATE FUNCTION flagmeter.define_meter(meter text, aggregation text DEFAULT 'sum', unit text DEFAULT NULL)
+CREATE FUNCTION flagmeter.define_meter(meter text, aggregation text DEFAULT 'sum', unit text DEFAULT NULL,
+	draws text DEFAULT NULL, rate numeric DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -259,6 +274,10 @@ BEGIN
 		RAISE EXCEPTION 'unit is too long' USING ERRCODE = 'string_data_right_truncation',
 			DETAIL = 'A unit is at most 63 characters.';
 	END IF;
+	PERFORM flagmeter.check_pool(meter, aggregation, draws, rate);
+	IF draws IS NOT NULL THEN
+		rate := trim_scale(COALESCE(rate, 1));
+	END IF;
 	-- The counters keep every figure, but "used" of the current periods,
 	-- their blocks and thresholds would change meaning at once: refused.
 	SELECT m.aggregation INTO current_aggregation FROM flagmeter.meters m
@@ -272,13 +291,79 @@ BEGIN
 			      HINT = 'Define a new meter, or drop this one with its usage first: '
 			             'flagmeter.drop_meter(meter, force => true).';
 	END IF;
-	INSERT INTO flagmeter.meters AS m (meter, aggregation, unit)
-	VALUES (define_meter.meter, define_meter.aggregation, define_meter.unit)
+	INSERT INTO flagmeter.meters AS m (meter, aggregation, unit, draws, rate)
+	VALUES (define_meter.meter, define_meter.aggregation, define_meter.unit,
+	        define_meter.draws, define_meter.rate)
 	ON CONFLICT ON CONSTRAINT meters_pkey DO UPDATE
-		SET aggregation = EXCLUDED.aggregation, unit = EXCLUDED.unit;
+		SET aggregation = EXCLUDED.aggregation, unit = EXCLUDED.unit,
+		    draws = EXCLUDED.draws, rate = EXCLUDED.rate;
 END $$;
-COMMENT ON FUNCTION flagmeter.define_meter(text, text, text) IS
-'defines a meter (aggregation sum, count, max or latest) or changes its unit, or its aggregation while it has no recorded usage';
+COMMENT ON FUNCTION flagmeter.define_meter(text, text, text, text, numeric) IS
+'defines a meter (aggregation sum, count, max or latest) or changes its unit, its pool, or its aggregation while it has no recorded usage; draws names a sum meter (the pool) that every unit of this one also uses rate units of (default 1), decided all or nothing with it';
+
+-- What makes a meter a valid drawer of a pool, and a pool a valid pool:
+-- one level (a pool draws from nothing, a drawer is no pool), sum pools,
+-- sum or count drawers, and no credit grants of the drawer's own (a
+-- drawer's balance is its pool's).
+CREATE FUNCTION flagmeter.check_pool(meter text, aggregation text, draws text, rate numeric)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	pool record;
+BEGIN
+	IF draws IS NULL THEN
+		IF rate IS NOT NULL THEN
+			RAISE EXCEPTION 'rate needs draws' USING ERRCODE = 'invalid_parameter_value',
+				HINT = 'Name the pool meter: draws => ''credits''.';
+		END IF;
+		-- a meter that others draw from stays a sum meter
+		IF aggregation <> 'sum' AND EXISTS (SELECT FROM flagmeter.meters m WHERE m.draws = check_pool.meter) THEN
+			RAISE EXCEPTION 'meter "%" is a credit pool: it must stay a sum meter', meter
+				USING ERRCODE = 'object_in_use';
+		END IF;
+		RETURN;
+	END IF;
+	IF rate IS NOT NULL AND rate <= 0 THEN
+		RAISE EXCEPTION 'rate must be positive, not %', rate USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF rate IS NOT NULL AND (scale(trim_scale(rate)) > 6 OR rate >= 1000000000000) THEN
+		RAISE EXCEPTION 'rate % is out of range', rate USING ERRCODE = 'numeric_value_out_of_range',
+			DETAIL = 'A rate is below 10^12 with at most 6 decimal places.';
+	END IF;
+	IF draws = meter THEN
+		RAISE EXCEPTION 'meter "%" cannot draw from itself', meter USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	SELECT m.aggregation, m.draws INTO pool FROM flagmeter.meters m WHERE m.meter = check_pool.draws;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'meter "%" does not exist', left(draws, 64) USING ERRCODE = 'undefined_object',
+			HINT = 'Define the pool first with flagmeter.define_meter().';
+	END IF;
+	IF pool.aggregation <> 'sum' THEN
+		RAISE EXCEPTION 'meter "%" is a % meter: a credit pool is a sum meter', draws, pool.aggregation
+			USING ERRCODE = 'feature_not_supported';
+	END IF;
+	IF pool.draws IS NOT NULL THEN
+		RAISE EXCEPTION 'meter "%" draws from "%" itself: a pool draws from no pool', draws, pool.draws
+			USING ERRCODE = 'feature_not_supported';
+	END IF;
+	IF aggregation NOT IN ('sum', 'count') THEN
+		RAISE EXCEPTION 'meter "%" is a % meter: only sum and count meters draw from a pool', meter, aggregation
+			USING ERRCODE = 'feature_not_supported';
+	END IF;
+	IF EXISTS (SELECT FROM flagmeter.meters m WHERE m.draws = check_pool.meter) THEN
+		RAISE EXCEPTION 'meter "%" is a credit pool: a pool draws from no pool', meter
+			USING ERRCODE = 'feature_not_supported';
+	END IF;
+	IF EXISTS (SELECT FROM flagmeter.credit_accounts a WHERE a.meter = check_pool.meter) THEN
+		RAISE EXCEPTION 'meter "%" has credit grants or reservations of its own', meter
+			USING ERRCODE = 'object_in_use',
+			      DETAIL = 'A meter that draws from a pool uses the pool''s grants.';
+	END IF;
+END $$;
+COMMENT ON FUNCTION flagmeter.check_pool(text, text, text, numeric) IS
+'raises a clear error unless meter (of aggregation) may draw from the pool draws at rate (NULL draws: unless meter may stop being a pool)';
 
 CREATE FUNCTION flagmeter.define_plan(plan text)
 RETURNS void
@@ -621,6 +706,7 @@ DECLARE
 	nlimits bigint;
 	noverrides bigint;
 	used boolean;
+	drawers text;
 	r record;
 BEGIN
 	PERFORM flagmeter.check_name('meter', meter);
@@ -630,6 +716,13 @@ BEGIN
 	PERFORM FROM flagmeter.meters m WHERE m.meter = drop_meter.meter FOR UPDATE;
 	IF NOT FOUND THEN
 		RETURN false;
+	END IF;
+	SELECT string_agg(format('"%s"', m.meter), ', ' ORDER BY m.meter) INTO drawers
+	FROM flagmeter.meters m WHERE m.draws = drop_meter.meter;
+	IF drawers IS NOT NULL THEN
+		RAISE EXCEPTION 'meter "%" is the credit pool of %', meter, drawers
+			USING ERRCODE = 'dependent_objects_still_exist',
+			      HINT = 'Define those meters without draws first, or drop them.';
 	END IF;
 	-- no call records usage between the check below and the deletes
 	LOCK TABLE flagmeter.counters IN SHARE ROW EXCLUSIVE MODE;
@@ -661,7 +754,7 @@ BEGIN
 	RETURN true;
 END $$;
 COMMENT ON FUNCTION flagmeter.drop_meter(text, boolean) IS
-'drops a meter; refused (2BP01) while plans limit it, tenants override it or it has recorded usage, unless force, which drops those with all its usage, events and idempotency keys; false when there is no such meter';
+'drops a meter; refused (2BP01) while other meters draw from it (a credit pool), and while plans limit it, tenants override it or it has recorded usage, unless force, which drops those with all its usage, events and idempotency keys; false when there is no such meter';
 
 -- Helpers of the catalog API ---------------------------------------------------
 

@@ -121,7 +121,7 @@ CREATE TABLE flagmeter.event_keys (
 	recorded_at		timestamptz NOT NULL,
 	kind			text NOT NULL
 		CONSTRAINT event_keys_kind_valid
-		CHECK (kind OPERATOR(pg_catalog.=) ANY (ARRAY['track', 'consume'])),
+		CHECK (kind OPERATOR(pg_catalog.=) ANY (ARRAY['track', 'consume', 'track_pool', 'consume_pool'])),
 	granted			boolean NOT NULL,
 	used			bigint,
 	quota			bigint,
@@ -135,7 +135,7 @@ CREATE TABLE flagmeter.event_keys (
 	PRIMARY KEY (tenant, idempotency_key, seq)
 );
 COMMENT ON TABLE flagmeter.event_keys IS
-'idempotency keys: what each key recorded (one row per meter, seq in call order) and the decision returned for it; voided_at marks voided events';
+'idempotency keys: what each key recorded (one row per meter, seq in call order; kind track_pool or consume_pool for the credit pool a named meter draws from) and the decision returned for it; voided_at marks voided events';
 
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.events_default', '');
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.voids', '');

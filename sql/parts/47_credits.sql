@@ -79,6 +79,26 @@ SELECT pg_catalog.pg_extension_config_dump('flagmeter.credit_accounts', '');
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.credit_grants', '');
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.credit_grant_id', '');
 
+-- A meter that draws from a credit pool has no grants or holds of its own:
+-- its balance is its pool's, so credits go to the pool.
+CREATE FUNCTION flagmeter.check_not_drawing(meter text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	pool text;
+BEGIN
+	SELECT m.draws INTO pool FROM flagmeter.meters m WHERE m.meter = check_not_drawing.meter;
+	IF pool IS NOT NULL THEN
+		RAISE EXCEPTION 'meter "%" draws from the credit pool "%"', meter, pool
+			USING ERRCODE = 'feature_not_supported',
+			      HINT = format('Grant credits on "%s": every unit of "%s" uses its pool''s.', pool, meter);
+	END IF;
+END $$;
+COMMENT ON FUNCTION flagmeter.check_not_drawing(text) IS
+'raises a clear error when meter draws from a credit pool (its grants are the pool''s)';
+
 CREATE FUNCTION flagmeter.grant_credits(tenant text, meter text, amount bigint,
 	expires_at timestamptz DEFAULT NULL, priority integer DEFAULT 0,
 	starts_at timestamptz DEFAULT pg_catalog.now(), idempotency_key text DEFAULT NULL,
@@ -123,6 +143,7 @@ BEGIN
 		RAISE EXCEPTION 'meter "%" is a % meter: credits are units of sum and count meters', meter, aggregation
 			USING ERRCODE = 'feature_not_supported';
 	END IF;
+	PERFORM flagmeter.check_not_drawing(meter);
 
 	IF NOT EXISTS (SELECT FROM flagmeter.credit_accounts a
 	               WHERE a.tenant = grant_credits.tenant AND a.meter = grant_credits.meter AND a.grants) THEN

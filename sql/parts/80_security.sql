@@ -79,7 +79,7 @@ REVOKE ALL ON FUNCTION flagmeter.review_usage(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.announce_feature(text, text, text, boolean, jsonb) FROM PUBLIC;
 
 -- Configuration.
-REVOKE ALL ON FUNCTION flagmeter.define_meter(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.define_meter(text, text, text, text, numeric) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.define_plan(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.store_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
@@ -182,7 +182,7 @@ BEGIN
 		-- the catalog functions are PL/pgSQL run as the caller; recounts,
 		-- unassign_tenant(forget_usage) and drop_meter(force) rewrite usage
 		RETURN QUERY SELECT 'EXECUTE', 'FUNCTION ' || f FROM unnest(ARRAY[
-			'flagmeter.define_meter(text, text, text)',
+			'flagmeter.define_meter(text, text, text, text, numeric)',
 			'flagmeter.define_plan(text)',
 			'flagmeter.set_limit(text, text, bigint, text, text, integer[])',
 			'flagmeter.store_limit(text, text, bigint, text, text, integer[])',
