@@ -915,19 +915,21 @@ COMMENT ON FUNCTION flagmeter.set_feature(text, text, boolean, jsonb) IS
 -- shard tells its own listeners, and unblocks its own tenants.
 CREATE FUNCTION flagmeter.set_limit(plan text, meter text, quota bigint,
 	period text DEFAULT 'month', mode text DEFAULT 'hard',
-	thresholds integer[] DEFAULT '{80,100}')
+	thresholds integer[] DEFAULT '{80,100}', rollover integer DEFAULT NULL,
+	rollover_cap bigint DEFAULT NULL, rollover_periods integer DEFAULT 1)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
 	PERFORM flagmeter.on_every_shard(
-		format('SELECT flagmeter.store_limit(%L::text, %L::text, %L::bigint, %L::text, %L::text, %L::integer[])',
-		       plan, meter, quota, period, mode, thresholds),
+		format('SELECT flagmeter.store_limit(%L::text, %L::text, %L::bigint, %L::text, %L::text, %L::integer[], '
+		       '%L::integer, %L::bigint, %L::integer)',
+		       plan, meter, quota, period, mode, thresholds, rollover, rollover_cap, rollover_periods),
 		format('SELECT flagmeter.announce_limit(%L::text, %L::text)', plan, meter));
 END $$;
-COMMENT ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) IS
-'flagmeter.set_limit on every shard or on none: the limit by two-phase commit, then each shard announces it';
+COMMENT ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[], integer, bigint, integer) IS
+'flagmeter.set_limit on every shard or on none: the limit (and its rollover) by two-phase commit, then each shard announces it; each shard''s maintain() makes its own tenants'' rollover grants';
 
 -- Privileges, as on a shard: what writes or changes configuration is not
 -- for PUBLIC.
@@ -942,7 +944,7 @@ REVOKE ALL ON FUNCTION flagmeter.usage(text, text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.void(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.define_meter(text, text, text, text, numeric) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.define_plan(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[], integer, bigint, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_override(text, text) FROM PUBLIC;

@@ -57,10 +57,28 @@ CREATE TABLE flagmeter.limits (
 		CHECK (pg_catalog.cardinality(thresholds) OPERATOR(pg_catalog.<=) 32
 		       AND pg_catalog.array_position(thresholds, NULL) IS NULL),
 	updated_at	timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	-- rollover (47_credits.sql, roll_over()): all three NULL, or a share,
+	-- an optional cap and a lifetime in periods
+	rollover	integer,
+	rollover_cap	bigint,
+	rollover_periods	integer,
+	CONSTRAINT limits_rollover_valid CHECK (
+		(rollover IS NULL AND rollover_cap IS NULL AND rollover_periods IS NULL)
+		OR (rollover IS NOT NULL AND rollover OPERATOR(pg_catalog.>=) 1 AND rollover OPERATOR(pg_catalog.<=) 100
+		    AND (rollover_cap IS NULL OR rollover_cap OPERATOR(pg_catalog.>) 0)
+		    AND rollover_periods IS NOT NULL
+		    AND rollover_periods OPERATOR(pg_catalog.>=) 1 AND rollover_periods OPERATOR(pg_catalog.<=) 120
+		    AND period OPERATOR(pg_catalog.<>) 'lifetime')),
 	PRIMARY KEY (plan, meter)
 );
 COMMENT ON TABLE flagmeter.limits IS
-'the quota of a plan for one meter per period, hard (consume refuses past it) or soft (grants and reports overage), with alert thresholds in percent';
+'the quota of a plan for one meter per period, hard (consume refuses past it) or soft (grants and reports overage), with alert thresholds in percent, and what of the unused quota rolls over into credit grants';
+COMMENT ON COLUMN flagmeter.limits.rollover IS
+'percentage (1 to 100) of a period''s unused quota that maintain() grants as credits once the period has ended (roll_over()); NULL: no rollover';
+COMMENT ON COLUMN flagmeter.limits.rollover_cap IS
+'at most this many units in one rollover grant; NULL: no cap but the quota''s share';
+COMMENT ON COLUMN flagmeter.limits.rollover_periods IS
+'lifetime of a rollover grant in periods (1 to 120): it starts when its period ends and expires at the end of the rollover_periods-th period after it; NULL without rollover';
 
 -- What store_limit changed and announce_limit has not announced yet: the
 -- limits in force before, per tenant (contrib/plproxy commits the first
@@ -383,7 +401,8 @@ COMMENT ON FUNCTION flagmeter.define_plan(text) IS 'defines a plan; defining an 
 -- with announcements pending cannot be prepared.
 CREATE FUNCTION flagmeter.store_limit(plan text, meter text, quota bigint,
 	period text DEFAULT 'month', mode text DEFAULT 'hard',
-	thresholds integer[] DEFAULT '{80,100}')
+	thresholds integer[] DEFAULT '{80,100}', rollover integer DEFAULT NULL,
+	rollover_cap bigint DEFAULT NULL, rollover_periods integer DEFAULT 1)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -396,17 +415,23 @@ BEGIN
 	PERFORM flagmeter.check_limit_args(quota, period, mode, thresholds, false);
 	PERFORM flagmeter.check_plan_exists(plan);
 	PERFORM flagmeter.check_meter_exists(meter);
+	PERFORM flagmeter.check_rollover_args(meter, period, rollover, rollover_cap, rollover_periods);
 
 	-- the limit in force for the meter of every tenant of the plan, before
 	SELECT jsonb_object_agg(t.tenant, flagmeter.limit_configs(t.tenant, store_limit.meter))
 	INTO before FROM flagmeter.tenants t WHERE t.plan = store_limit.plan;
 
-	INSERT INTO flagmeter.limits AS l (plan, meter, quota, period, mode, thresholds)
+	-- without rollover, the three are NULL (rollover_periods' default too)
+	INSERT INTO flagmeter.limits AS l (plan, meter, quota, period, mode, thresholds,
+	                                   rollover, rollover_cap, rollover_periods)
 	VALUES (store_limit.plan, store_limit.meter, store_limit.quota, store_limit.period,
-	        store_limit.mode, sorted)
+	        store_limit.mode, sorted, store_limit.rollover, store_limit.rollover_cap,
+	        CASE WHEN store_limit.rollover IS NOT NULL THEN store_limit.rollover_periods END)
 	ON CONFLICT ON CONSTRAINT limits_pkey DO UPDATE
 		SET quota = EXCLUDED.quota, period = EXCLUDED.period, mode = EXCLUDED.mode,
-		    thresholds = EXCLUDED.thresholds, updated_at = now();
+		    thresholds = EXCLUDED.thresholds, rollover = EXCLUDED.rollover,
+		    rollover_cap = EXCLUDED.rollover_cap, rollover_periods = EXCLUDED.rollover_periods,
+		    updated_at = now();
 
 	-- A period that moved for a tenant is recounted now; what changed is
 	-- kept for announce_limit, which may run in a later transaction.
@@ -424,8 +449,8 @@ BEGIN
 	VALUES (store_limit.plan, store_limit.meter, COALESCE(before, '{}'))
 	ON CONFLICT ON CONSTRAINT pending_limit_changes_pkey DO UPDATE SET before = p.before || EXCLUDED.before;
 END $$;
-COMMENT ON FUNCTION flagmeter.store_limit(text, text, bigint, text, text, integer[]) IS
-'the part of set_limit that announces nothing: validates and stores the limit, recounts the current period where it moved, and keeps the limits in force before for announce_limit';
+COMMENT ON FUNCTION flagmeter.store_limit(text, text, bigint, text, text, integer[], integer, bigint, integer) IS
+'the part of set_limit that announces nothing: validates and stores the limit (its rollover too), recounts the current period where it moved, and keeps the limits in force before for announce_limit';
 
 CREATE FUNCTION flagmeter.announce_limit(plan text, meter text)
 RETURNS void
@@ -451,17 +476,19 @@ COMMENT ON FUNCTION flagmeter.announce_limit(text, text) IS
 
 CREATE FUNCTION flagmeter.set_limit(plan text, meter text, quota bigint,
 	period text DEFAULT 'month', mode text DEFAULT 'hard',
-	thresholds integer[] DEFAULT '{80,100}')
+	thresholds integer[] DEFAULT '{80,100}', rollover integer DEFAULT NULL,
+	rollover_cap bigint DEFAULT NULL, rollover_periods integer DEFAULT 1)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-	PERFORM flagmeter.store_limit(plan, meter, quota, period, mode, thresholds);
+	PERFORM flagmeter.store_limit(plan, meter, quota, period, mode, thresholds,
+	                              rollover, rollover_cap, rollover_periods);
 	PERFORM flagmeter.announce_limit(plan, meter);
 END $$;
-COMMENT ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) IS
-'sets or replaces the limit of a plan for a meter; applies to the current period at once';
+COMMENT ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[], integer, bigint, integer) IS
+'sets or replaces the limit of a plan for a meter; applies to the current period at once; rollover (1 to 100, NULL: none) is the percentage of each ended period''s unused quota that maintain() grants as credits, at most rollover_cap units (NULL: no cap), expiring rollover_periods periods after the period';
 
 -- A NULL anchor or time zone keeps the tenant's (for a tenant not assigned
 -- yet: now() and UTC): changing a tenant's plan keeps its periods, and so
@@ -840,6 +867,52 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION flagmeter.check_limit_args(bigint, text, text, integer[], boolean) IS
 'validates the arguments of set_limit and override_limit (inherit: NULL period, mode and thresholds allowed)';
+
+CREATE FUNCTION flagmeter.check_rollover_args(meter text, period text, rollover integer,
+	rollover_cap bigint, rollover_periods integer)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	aggregation text;
+BEGIN
+	IF rollover_periods IS NULL THEN
+		RAISE EXCEPTION 'rollover_periods must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+			HINT = 'Leave it out for rollover grants that last one period.';
+	END IF;
+	IF rollover IS NULL THEN
+		IF rollover_cap IS NOT NULL OR rollover_periods <> 1 THEN
+			RAISE EXCEPTION 'rollover_cap and rollover_periods need rollover'
+				USING ERRCODE = 'invalid_parameter_value',
+				      HINT = 'Give rollover, the percentage of unused quota carried over.';
+		END IF;
+		RETURN;
+	END IF;
+	IF rollover < 1 OR rollover > 100 THEN
+		RAISE EXCEPTION 'rollover must be a percentage from 1 to 100, not %', rollover
+			USING ERRCODE = 'invalid_parameter_value', HINT = 'NULL rolls nothing over.';
+	END IF;
+	IF rollover_cap <= 0 THEN
+		RAISE EXCEPTION 'rollover_cap must be positive, not %', rollover_cap
+			USING ERRCODE = 'invalid_parameter_value', HINT = 'NULL caps a grant at the quota''s share only.';
+	END IF;
+	IF rollover_periods < 1 OR rollover_periods > 120 THEN
+		RAISE EXCEPTION 'rollover_periods must be 1 to 120, not %', rollover_periods
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF period = 'lifetime' THEN
+		RAISE EXCEPTION 'a lifetime limit cannot roll over' USING ERRCODE = 'invalid_parameter_value',
+			DETAIL = 'Rollover carries the unused quota of a period that has ended; a lifetime period never ends.';
+	END IF;
+	SELECT m.aggregation INTO aggregation FROM flagmeter.meters m WHERE m.meter = check_rollover_args.meter;
+	IF aggregation NOT IN ('sum', 'count') THEN
+		RAISE EXCEPTION 'meter "%" is a % meter: rollover makes credits, which are units of sum and count meters',
+			meter, aggregation USING ERRCODE = 'feature_not_supported';
+	END IF;
+END $$;
+COMMENT ON FUNCTION flagmeter.check_rollover_args(text, text, integer, bigint, integer) IS
+'validates the rollover arguments of set_limit for a defined meter and a valid period: rollover 1 to 100 or NULL (then no cap and rollover_periods 1), rollover_cap positive or NULL, rollover_periods 1 to 120, not on a lifetime period nor on a max or latest meter';
 
 -- {meter: limit} for every meter, or for one: the limit in force for the
 -- tenant as limit_config() gives it (aggregation, plan, quota, period,

@@ -244,6 +244,132 @@ AS $$ SELECT (flagmeter.check($1, $2, 0)).balance $$;
 COMMENT ON FUNCTION flagmeter.balance(text, text) IS
 'what a tenant may still use of a meter now: the period quota remaining plus what its active credit grants hold; NULL when unlimited and never granted credits';
 
+-- Rollover ------------------------------------------------------------------------
+-- A limit with rollover (set_limit(..., rollover, rollover_cap,
+-- rollover_periods)) carries a share of each ended period's unused quota
+-- into a credit grant: maintain() calls roll_over(), which, for every
+-- assigned tenant whose plan's limit on a meter rolls over, looks at the
+-- last rollover_periods periods of the limit in force (an override's quota
+-- and period count) that have ended, after the tenant was assigned, and
+-- grants floor(unused * rollover / 100) units, at most rollover_cap, from
+-- the period's end until the end of the rollover_periods-th period after
+-- it.  unused is the quota less the period's whole usage (which counts
+-- what grants covered), so rolled-over credits never roll over again.
+-- Each period is decided once, recorded in rollovers (a period with
+-- nothing to roll over too), from the usage recorded by then: a late
+-- event for it changes nothing.  A run with nothing due costs one
+-- primary-key probe per tenant and meter with rollover: the most recent
+-- ended period has its row.
+
+CREATE TABLE flagmeter.rollovers (
+	tenant			text NOT NULL,
+	meter			text NOT NULL REFERENCES flagmeter.meters ON DELETE CASCADE,
+	period_start	timestamptz NOT NULL,
+	period_end		timestamptz NOT NULL,
+	quota			bigint NOT NULL,
+	used			bigint NOT NULL,
+	amount			bigint NOT NULL CONSTRAINT rollovers_amount_valid
+		CHECK (amount OPERATOR(pg_catalog.>=) 0),
+	-- the grant made (NULL when amount is 0); no foreign key: a grant goes
+	-- with its tenant's credit account, and this row with the retention
+	grant_id		bigint,
+	expires_at		timestamptz NOT NULL,
+	rolled_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	PRIMARY KEY (tenant, meter, period_start)
+);
+COMMENT ON TABLE flagmeter.rollovers IS
+'one row per ended period that roll_over() decided: the quota and usage it saw, the amount rolled over (0: nothing) and the grant made, until its expiry; maintain() deletes the rows expired for longer than the retention';
+SELECT pg_catalog.pg_extension_config_dump('flagmeter.rollovers', '');
+
+CREATE FUNCTION flagmeter.roll_over()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	r record;
+	p record;
+	ends timestamptz[];
+	period_used bigint;
+	share bigint;
+	grant_key text;
+	id bigint;
+	made integer := 0;
+	tenant_made integer;
+BEGIN
+	-- the tenants and meters whose most recent ended period is not decided
+	FOR r IN
+		SELECT t.tenant, l.meter, t.assigned_at, c.aggregation, c.quota, c.period, c.anchor, c.timezone,
+		       l.rollover, l.rollover_cap, l.rollover_periods, cur.period_end AS current_end,
+		       last.period_start AS last_start, last.period_end AS last_end
+		FROM flagmeter.limits l
+		JOIN flagmeter.tenants t ON t.plan = l.plan
+		CROSS JOIN LATERAL flagmeter.limit_config(t.tenant, l.meter) c
+		CROSS JOIN LATERAL flagmeter.period_bounds(now(), c.period, c.anchor, c.timezone) cur
+		CROSS JOIN LATERAL flagmeter.period_bounds(cur.period_start - interval '1 microsecond',
+		                                           c.period, c.anchor, c.timezone) last
+		WHERE l.rollover IS NOT NULL
+		  AND c.period <> 'lifetime' AND c.aggregation IN ('sum', 'count')
+		  AND last.period_end > t.assigned_at
+		  AND NOT EXISTS (SELECT FROM flagmeter.rollovers x
+		                  WHERE x.tenant = t.tenant AND x.meter = l.meter
+		                    AND x.period_start = last.period_start)
+		ORDER BY t.tenant, l.meter
+	LOOP
+		-- ends[k]: the end of the (k-1)-th period after the current one; the
+		-- grant of the i-th ended period back expires at ends[rollover_periods - i + 1]
+		ends := ARRAY[r.current_end];
+		FOR k IN 2..r.rollover_periods LOOP
+			ends := ends || (flagmeter.period_bounds(ends[k - 1], r.period, r.anchor, r.timezone)).period_end;
+		END LOOP;
+		SELECT r.last_start AS period_start, r.last_end AS period_end INTO p;
+		tenant_made := 0;
+		-- newest first; a period already decided means the older ones were
+		-- decided with it; older than rollover_periods back, the grant
+		-- would have expired
+		BEGIN
+			FOR i IN 1..r.rollover_periods LOOP
+				EXIT WHEN p.period_end <= r.assigned_at;
+				period_used := COALESCE(flagmeter.used_by(flagmeter.usage(r.tenant, r.meter, p.period_start), r.aggregation), 0);
+				share := floor(greatest(r.quota - period_used, 0)::numeric * r.rollover / 100);
+				share := least(share, COALESCE(r.rollover_cap, share));
+				INSERT INTO flagmeter.rollovers AS x (tenant, meter, period_start, period_end, quota, used,
+				                                      amount, expires_at)
+				VALUES (r.tenant, r.meter, p.period_start, p.period_end, r.quota, period_used,
+				        share, ends[r.rollover_periods - i + 1])
+				ON CONFLICT ON CONSTRAINT rollovers_pkey DO NOTHING;
+				EXIT WHEN NOT FOUND;
+				IF share > 0 THEN
+					grant_key := 'rollover:' || r.meter || ':'
+					       || to_char(p.period_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"');
+					-- a grant under the key already (a row deleted by the
+					-- retention, a lifetime changed since): that one stands
+					SELECT g.grant_id INTO id FROM flagmeter.credit_grants g
+					WHERE g.tenant = r.tenant AND g.idempotency_key = grant_key;
+					IF NOT FOUND THEN
+						id := flagmeter.grant_credits(r.tenant, r.meter, share,
+						                              expires_at => ends[r.rollover_periods - i + 1],
+						                              starts_at => p.period_end, idempotency_key => grant_key);
+						tenant_made := tenant_made + 1;
+					END IF;
+					UPDATE flagmeter.rollovers x SET grant_id = id
+					WHERE x.tenant = r.tenant AND x.meter = r.meter AND x.period_start = p.period_start;
+				END IF;
+				SELECT * INTO p FROM flagmeter.period_bounds(p.period_start - interval '1 microsecond',
+				                                             r.period, r.anchor, r.timezone);
+			END LOOP;
+			made := made + tenant_made;
+		EXCEPTION WHEN object_not_in_prerequisite_state THEN
+			-- a tenant being moved to another shard (fence_partition): its
+			-- periods are decided there, with the rows the move copies
+			NULL;
+		END;
+	END LOOP;
+	RETURN made;
+END $$;
+COMMENT ON FUNCTION flagmeter.roll_over() IS
+'grants, for every assigned tenant whose plan''s limit rolls over, the rollover share of the unused quota of each of its last rollover_periods ended periods not decided yet (ended after it was assigned), capped at rollover_cap, from the period''s end to the end of the rollover_periods-th period after it, under the key rollover:<meter>:<period start, UTC>; records each period in rollovers; maintain() calls it; returns how many grants it made';
+
 -- Reservations --------------------------------------------------------------------
 -- reserve holds an amount against quota and grants, under the period's
 -- stripe 0 lock as consume decides: every consume and reserve of the

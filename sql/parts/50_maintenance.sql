@@ -11,7 +11,8 @@
 --      transaction, under the lock of the state row.
 --   2. idempotency keys and voids older than the retention are deleted;
 --   3. the stripes of periods that have ended are merged into one row;
---      tenants blocked in ended periods are unblocked; a resync hint goes
+--      tenants blocked in ended periods are unblocked; the unused quota of
+--      ended periods rolls over into credit grants (roll_over()); a resync hint goes
 --      out for notifications skipped under backpressure; old outbox rows
 --      are deleted;
 --   4. partitions for the coming days are created; partitions older than
@@ -450,6 +451,7 @@ BEGIN
 	GET DIAGNOSTICS keys_expired = ROW_COUNT;
 	DELETE FROM flagmeter.voids v WHERE v.voided_at < cutoff AND v.xid < high;
 	DELETE FROM flagmeter.reservations r WHERE r.expires_at < cutoff;
+	DELETE FROM flagmeter.rollovers r WHERE r.expires_at < cutoff;
 
 	periods_compacted := flagmeter.compact_counters();
 	PERFORM flagmeter.summarize_event_partitions();
@@ -458,6 +460,8 @@ BEGIN
 	-- instances that missed notifications (queue too full) are told to
 	-- resync; both announce at commit.
 	PERFORM flagmeter.review_blocks();
+	-- the unused quota of periods that have ended, as credit grants
+	PERFORM flagmeter.roll_over();
 	PERFORM flagmeter.announce_expired_grants();
 	PERFORM flagmeter.send_resync_hint();
 	-- A threshold row is what makes a threshold announced once per period:
@@ -485,7 +489,7 @@ BEGIN
 	    total_voids_folded = m.total_voids_folded + maintain.voids_folded;
 END $$;
 COMMENT ON FUNCTION flagmeter.maintain() IS
-'folds pending usage into the hourly and daily rollups, creates upcoming partitions, drops expired ones, expires idempotency keys, compacts ended periods; idempotent, cheap when idle, one run at a time';
+'folds pending usage into the hourly and daily rollups, creates upcoming partitions, drops expired ones, expires idempotency keys, compacts ended periods, rolls unused quota over into credit grants (roll_over); idempotent, cheap when idle, one run at a time';
 
 -- Scheduling with pg_cron ---------------------------------------------------------
 

@@ -111,7 +111,8 @@ BEGIN
 		                      ('feature_overrides', 'INSERT OR UPDATE', 'NEW', '_new'),
 		                      ('feature_overrides', 'DELETE', 'OLD', '_old'),
 		                      ('credit_grants', 'INSERT OR UPDATE', 'NEW', '_new'),
-		                      ('reservations', 'INSERT OR UPDATE', 'NEW', '_new')) v(tbl, ops, rec, suffix)
+		                      ('reservations', 'INSERT OR UPDATE', 'NEW', '_new'),
+		                      ('rollovers', 'INSERT OR UPDATE', 'NEW', '_new')) v(tbl, ops, rec, suffix)
 	LOOP
 		EXECUTE format('CREATE TRIGGER %I BEFORE %s ON flagmeter.%I FOR EACH ROW'
 		               ' WHEN (flagmeter.partition_of(%s.tenant, %s) OPERATOR(pg_catalog.=) %s)'
@@ -149,7 +150,8 @@ BEGIN
 		  AND tg.tgrelid IN ('flagmeter.events'::regclass, 'flagmeter.voids'::regclass,
 		                     'flagmeter.tenants'::regclass, 'flagmeter.overrides'::regclass,
 		                     'flagmeter.feature_overrides'::regclass,
-		                     'flagmeter.credit_grants'::regclass, 'flagmeter.reservations'::regclass)
+		                     'flagmeter.credit_grants'::regclass, 'flagmeter.reservations'::regclass,
+		                     'flagmeter.rollovers'::regclass)
 	LOOP
 		EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
 	END LOOP;
@@ -193,7 +195,8 @@ BEGIN
 	END IF;
 	-- every table with a tenant column (the regression test shards lists them)
 	FOREACH tbl IN ARRAY ARRAY['events', 'voids', 'counters', 'event_keys', 'rollup_hour', 'rollup_day',
-	                           'blocked', 'outbox', 'reservations', 'credit_grants', 'credit_accounts', 'overrides',
+	                           'blocked', 'outbox', 'reservations', 'rollovers', 'credit_grants', 'credit_accounts',
+	                           'overrides',
 	                           'feature_overrides', 'tenants']
 	LOOP
 		IF tbl = 'overrides' THEN

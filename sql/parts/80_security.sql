@@ -81,8 +81,8 @@ REVOKE ALL ON FUNCTION flagmeter.announce_feature(text, text, text, boolean, jso
 -- Configuration.
 REVOKE ALL ON FUNCTION flagmeter.define_meter(text, text, text, text, numeric) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.define_plan(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION flagmeter.store_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[], integer, bigint, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.store_limit(text, text, bigint, text, text, integer[], integer, bigint, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.announce_limit(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
@@ -109,6 +109,7 @@ REVOKE ALL ON FUNCTION flagmeter.create_partitions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_expired_partitions(xid8) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.send_resync_hint() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.announce_expired_grants() FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.roll_over() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.schedule(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.unschedule() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.configure(interval, integer, text) FROM PUBLIC;
@@ -184,8 +185,8 @@ BEGIN
 		RETURN QUERY SELECT 'EXECUTE', 'FUNCTION ' || f FROM unnest(ARRAY[
 			'flagmeter.define_meter(text, text, text, text, numeric)',
 			'flagmeter.define_plan(text)',
-			'flagmeter.set_limit(text, text, bigint, text, text, integer[])',
-			'flagmeter.store_limit(text, text, bigint, text, text, integer[])',
+			'flagmeter.set_limit(text, text, bigint, text, text, integer[], integer, bigint, integer)',
+			'flagmeter.store_limit(text, text, bigint, text, text, integer[], integer, bigint, integer)',
 			'flagmeter.announce_limit(text, text)',
 			'flagmeter.assign_plan(text, text, timestamptz, text)',
 			'flagmeter.override_limit(text, text, bigint, text, text, integer[])',
@@ -219,7 +220,8 @@ BEGIN
 			'flagmeter.events', 'flagmeter.event_keys', 'flagmeter.voids', 'flagmeter.rollup_hour',
 			'flagmeter.rollup_day', 'flagmeter.outbox']) t;
 		RETURN QUERY SELECT 'SELECT', 'TABLE ' || t FROM unnest(ARRAY[
-			'flagmeter.blocked', 'flagmeter.effective_limits', 'flagmeter.grants']) t;
+			'flagmeter.blocked', 'flagmeter.effective_limits', 'flagmeter.grants',
+			'flagmeter.rollovers']) t;
 	END IF;
 END $$;
 COMMENT ON FUNCTION flagmeter.access_privileges(text) IS

@@ -150,10 +150,13 @@ my $catalog = q{
 	SELECT flagmeter.define_meter('disk', 'latest');
 	SELECT flagmeter.define_plan('free');
 	SELECT flagmeter.define_plan('flex');
+	SELECT flagmeter.define_plan('carry');
 	SELECT flagmeter.set_limit('free', 'calls', 10, 'lifetime');
 	SELECT flagmeter.set_limit('free', 'tokens', 1000, 'lifetime', 'hard', '{50,100}');
 	SELECT flagmeter.set_limit('free', 'seats', 5, 'lifetime');
 	SELECT flagmeter.set_limit('flex', 'calls', 10, 'lifetime', 'soft');
+	SELECT flagmeter.set_limit('carry', 'tokens', 1000, 'month', rollover => 25, rollover_cap => 100,
+	                           rollover_periods => 2);
 	SELECT flagmeter.define_feature('sso', 'single sign-on');
 	SELECT flagmeter.define_feature('seats_max');
 	SELECT flagmeter.set_feature('free', 'sso', false);
@@ -165,18 +168,22 @@ db($c, $catalog);
 my $catalog_of = q{
 	SELECT string_agg(concat_ws('|', meter, aggregation, unit), ',' ORDER BY meter) FROM flagmeter.meters
 	UNION ALL SELECT string_agg(plan, ',' ORDER BY plan) FROM flagmeter.plans
-	UNION ALL SELECT string_agg(concat_ws('|', plan, meter, quota, period, mode, thresholds), ',' ORDER BY 1)
+	UNION ALL SELECT string_agg(concat_ws('|', plan, meter, quota, period, mode, thresholds,
+	                                      rollover, rollover_cap, rollover_periods), ',' ORDER BY 1)
 	FROM flagmeter.limits
 	UNION ALL SELECT string_agg(concat_ws('|', feature, description), ',' ORDER BY feature) FROM flagmeter.features
 	UNION ALL SELECT string_agg(concat_ws('|', plan, feature, enabled, config), ',' ORDER BY plan, feature)
 	FROM flagmeter.plan_features};
 is(db($a, $catalog_of), db($c, $catalog_of), 'shard A has the catalog one node has');
 is(db($b, $catalog_of), db($c, $catalog_of), 'shard B has the same catalog');
+is(db($b, q{SELECT concat_ws('|', rollover, rollover_cap, rollover_periods) FROM flagmeter.limits
+            WHERE plan = 'carry'}),
+	'25|100|2', 'the proxy\'s set_limit passes the rollover to the shards');
 for my $s ([ A => $a ], [ B => $b ])
 {
 	is( db($s->[1], q{SELECT string_agg(plan || '/' || meter, ' ' ORDER BY version) FROM flagmeter.outbox
 		             WHERE kind = 'limit_changed'}),
-		'free/calls free/tokens free/seats flex/calls',
+		'free/calls free/tokens free/seats flex/calls carry/tokens',
 		"shard $s->[0] announced each set_limit to its own listeners");
 	is( db($s->[1], q{SELECT string_agg(concat_ws('/', plan, feature, enabled, config), ' ' ORDER BY version)
 		             FROM flagmeter.outbox WHERE kind = 'feature_changed'}),
