@@ -53,12 +53,13 @@ static FmStatement lock_for_consume_stmt = {
 };
 
 /*
- * The same for a tenant with credit grants, and its active grants locked
- * too, in the same statement, after stripe 0 (the grants' branch runs
- * last): (is stripe 0, counter) rows, then FM_LOCK_GRANTS_ROWS' columns
- * from the third.  The grants are locked only when stripe 0 was (the
- * one-time condition is decided when that branch starts): a call that
- * must create stripe 0 first holds no grant while it waits for it.
+ * The same for a tenant with credit grants, and its active grants read
+ * too, without a lock, in the same statement: (is stripe 0, counter) rows,
+ * then FM_READ_GRANTS_ROWS' columns from the third.  What a grant shows
+ * may be older than stripe 0's latest version (the statement's snapshot
+ * was taken before waiting for its lock): the draw is guarded, and locks
+ * and decides again when a grant changed (grants.h), so that a call that
+ * draws nothing writes no grant row.
  */
 static FmStatement lock_for_consume_grants_stmt = {
 	"SELECT false, o.counter, NULL::pg_catalog.int8, NULL::pg_catalog.int8,"
@@ -69,8 +70,7 @@ static FmStatement lock_for_consume_grants_stmt = {
 	" SELECT true, l.counter, NULL, NULL, NULL, NULL"
 	" FROM (" FM_STRIPE0_SELECT " FOR UPDATE) l"
 	" UNION ALL"
-	" SELECT NULL, NULL, r.* FROM ("
-	FM_LOCK_GRANTS_ROWS("$4", " AND EXISTS (" FM_STRIPE0_SELECT ")") ") r",
+	" SELECT NULL, NULL, r.* FROM (" FM_READ_GRANTS_ROWS("$4") ") r",
 	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
@@ -137,7 +137,7 @@ static FmStatement consume_count_stmt = {
 /*
  * Lock stripe 0 of the period for consume (creating it first if needed)
  * and read it and the tracked usage, in one statement; with grants not
- * NULL, lock and read the active grants at now in it too.
+ * NULL, read the active grants at now in it too (unlocked).
  */
 static void
 lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start,
@@ -182,7 +182,7 @@ lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start
 		elog(ERROR, "could not lock the counter of tenant \"%s\" meter \"%s\"",
 			 tenant, meter);
 	if (grants)
-		fm_grants_from_result(tenant, meter, 3, grants);
+		fm_grants_from_result(tenant, meter, 3, false, grants);
 }
 
 static int
@@ -319,10 +319,68 @@ decide_item(ConsumeItem *item, const FmCounter *current, TimestampTz now, bool r
 }
 
 /*
- * Lock every item's stripe 0 and decide on it: all granted or all refused
- * (each refused decision then shows the usage unchanged).  Fills
- * decisions[] (SPI memory) and each item's stripe 0 after recording,
- * checked for overflow before anything is written.
+ * Decide every item on currents[]: all granted, or all refused (each
+ * refused decision then shows the usage unchanged).
+ */
+static bool
+decide_all(ConsumeItem *items, int n, const FmCounter *currents, TimestampTz now,
+		   FmDecision *decisions)
+{
+	bool		all_granted = true;
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		decide_item(&items[i], &currents[i], now, true, &decisions[i]);
+		if (!decisions[i].granted)
+			all_granted = false;
+	}
+	if (all_granted)
+		return true;
+	for (i = 0; i < n; i++)
+	{
+		decide_item(&items[i], &currents[i], now, false, &decisions[i]);
+		decisions[i].from_grants = items[i].draw = 0;
+		fm_decision_refused_with_others(&decisions[i]);
+	}
+	return false;
+}
+
+/*
+ * Draw every item's grants, all or none: false, having drawn nothing, when
+ * a grant read without its lock was spent or voided meanwhile.  A
+ * decision's balance then counts what the grants drawn from said is left.
+ */
+static bool
+draw_items(ConsumeItem *items, int n, FmDecision *decisions)
+{
+	int			i,
+				j;
+
+	for (i = 0; i < n; i++)
+	{
+		int64		expected = items[i].grants.available - items[i].draw;
+
+		if (items[i].draw == 0)
+			continue;
+		if (!fm_grants_try_draw(&items[i].grants, items[i].draw))
+		{
+			for (j = 0; j < i; j++)
+				fm_grants_undo_draw(&items[j].grants);
+			return false;
+		}
+		if (decisions[i].has_balance)
+			decisions[i].balance = Max(decisions[i].balance +
+									   (items[i].grants.available - expected), 0);
+	}
+	return true;
+}
+
+/*
+ * Lock every item's stripe 0 and decide on it: all granted or all refused.
+ * Fills decisions[] (SPI memory) and each item's stripe 0 after recording,
+ * checked for overflow before anything is written; when granted, the
+ * items' grants are drawn (announced by record_items).
  *
  * Every consume of a period goes through its stripe 0, locked in
  * meter-name order so that concurrent multi-meter consumes cannot
@@ -331,6 +389,9 @@ decide_item(ConsumeItem *item, const FmCounter *current, TimestampTz now, bool r
  * tracked usage, read just before the lock, as committed then: track is
  * never refused and does not serialize with consume, and reading it before
  * the lock keeps the lock held only for the decision and the write.
+ * Grants are read in the same statement, unlocked, and drawn with guarded
+ * writes; should one fail, the grants are locked (their latest versions)
+ * and the items decided again.
  */
 static bool
 decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
@@ -338,7 +399,7 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 {
 	ConsumeItem **order = palloc(sizeof(ConsumeItem *) * n);
 	FmCounter  *currents = palloc(sizeof(FmCounter) * n);
-	bool		all_granted = true;
+	bool		granted;
 	int			i;
 
 	for (i = 0; i < n; i++)
@@ -346,8 +407,8 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 	qsort(order, n, sizeof(ConsumeItem *), compare_items_by_meter);
 	/*
 	 * Each item's stripe 0, and for a tenant with credit grants its active
-	 * grants with it, stripe 0 first (grants.h); then the holds of
-	 * reservations, which change only under stripe 0's lock.
+	 * grants with it; then the holds of reservations, which change only
+	 * under stripe 0's lock.
 	 */
 	for (i = 0; i < n; i++)
 	{
@@ -367,22 +428,39 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 	{
 		currents[i] = items[i].stripe0;
 		fm_counter_report(fm_counter_merge(&currents[i], &items[i].tracked));
-		decide_item(&items[i], &currents[i], now, true, &decisions[i]);
-		if (!decisions[i].granted)
-			all_granted = false;
 		items[i].stripe0_after = items[i].stripe0;
 		fm_counter_report(fm_counter_add_event(&items[i].stripe0_after,
 											   items[i].amount, now));
 	}
-	if (all_granted)
-		return true;
-	for (i = 0; i < n; i++)
+	granted = decide_all(items, n, currents, now, decisions);
+	if (!granted)
 	{
-		decide_item(&items[i], &currents[i], now, false, &decisions[i]);
-		decisions[i].from_grants = items[i].draw = 0;
-		fm_decision_refused_with_others(&decisions[i]);
+		/*
+		 * A refusal reports the balance: on the grants as they are now (the
+		 * read before may predate draws of a transaction waited for).
+		 */
+		bool		reread = false;
+
+		for (i = 0; i < n; i++)
+			if (items[i].limit.grants)
+			{
+				fm_grants_read(tenant, items[i].meter, now, &items[i].grants);
+				reread = true;
+			}
+		if (reread)
+			granted = decide_all(items, n, currents, now, decisions);
 	}
-	return false;
+	if (granted && !draw_items(items, n, decisions))
+	{
+		/* a grant changed since it was read: lock them, decide again */
+		for (i = 0; i < n; i++)
+			if (order[i]->limit.grants)
+				fm_grants_lock(tenant, order[i]->meter, now, &order[i]->grants);
+		granted = decide_all(items, n, currents, now, decisions);
+		if (granted && !draw_items(items, n, decisions))
+			elog(ERROR, "credit grants locked by this transaction could not be drawn from");
+	}
+	return granted;
 }
 
 /*
@@ -435,7 +513,7 @@ record_items(const char *tenant, const char *key, ConsumeItem *items, int n,
 		args[6] = key ? CStringGetTextDatum(key) : (Datum) 0;
 		fm_execute(&record_consumed_stmt, args, key ? NULL : "      n", false, 0);
 		if (items[i].draw > 0)
-			fm_grants_draw(&items[i].grants, items[i].draw);
+			fm_grants_announce_draw(&items[i].grants);
 		if (items[i].limit.limited)
 		{
 			FmLimit		announce = fm_grants_announce_limit(&items[i].limit,
@@ -573,7 +651,13 @@ fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key,
 			remembered = remember_decisions(tenant, key, all, nall, n, now, decisions,
 											ndecisions);
 		if (remembered)
+		{
+			/* the first call with the key wins: this one records nothing */
+			for (i = 0; i < nall; i++)
+				if (all[i].draw > 0)
+					fm_grants_undo_draw(&all[i].grants);
 			decisions = remembered;
+		}
 		else if (granted)
 			record_items(tenant, key, all, nall, now, decisions);
 	}

@@ -23,6 +23,11 @@ static FmStatement lock_grants_stmt = {
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
+static FmStatement read_grants_stmt = {
+	FM_READ_GRANTS_ROWS("$3"),
+	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+};
+
 static FmStatement available_stmt = {
 	"SELECT pg_catalog.sum(c.amount OPERATOR(pg_catalog.-) c.drawn)::pg_catalog.int8"
 	" FROM flagmeter.credit_grants c WHERE" FM_ACTIVE_GRANT("c", "$3"),
@@ -32,10 +37,21 @@ static FmStatement available_stmt = {
 /*
  * One grant by its primary key: a call draws from one grant or two, and a
  * join with an array of them was planned (generically) as a scan of the
- * whole table.
+ * whole table.  Guarded: only while it holds what is taken and is not
+ * voided (READ COMMITTED rechecks this on the row's latest version after
+ * waiting for a transaction that wrote it); returns what is left.
  */
 static FmStatement draw_stmt = {
 	"UPDATE flagmeter.credit_grants SET drawn = drawn OPERATOR(pg_catalog.+) $2"
+	" WHERE grant_id" FM_EQ "$1 AND voided_at IS NULL"
+	" AND drawn OPERATOR(pg_catalog.+) $2 OPERATOR(pg_catalog.<=) amount"
+	" RETURNING amount OPERATOR(pg_catalog.-) drawn",
+	2, {INT8OID, INT8OID}
+};
+
+/* a draw of this call taken back (it holds the row's lock) */
+static FmStatement undraw_stmt = {
+	"UPDATE flagmeter.credit_grants SET drawn = drawn OPERATOR(pg_catalog.-) $2"
 	" WHERE grant_id" FM_EQ "$1",
 	2, {INT8OID, INT8OID}
 };
@@ -56,12 +72,23 @@ fm_grants_lock(const char *tenant, const char *meter, TimestampTz now,
 
 	grant_args(args, tenant, meter, now);
 	fm_execute(&lock_grants_stmt, args, NULL, false, 0);
-	fm_grants_from_result(tenant, meter, 1, held);
+	fm_grants_from_result(tenant, meter, 1, true, held);
+}
+
+void
+fm_grants_read(const char *tenant, const char *meter, TimestampTz now,
+			   FmGrantsHeld *held)
+{
+	Datum		args[3];
+
+	grant_args(args, tenant, meter, now);
+	fm_execute(&read_grants_stmt, args, NULL, false, 0);
+	fm_grants_from_result(tenant, meter, 1, false, held);
 }
 
 void
 fm_grants_from_result(const char *tenant, const char *meter, int first,
-					  FmGrantsHeld *held)
+					  bool locked, FmGrantsHeld *held)
 {
 	uint64		i;
 
@@ -72,7 +99,9 @@ fm_grants_from_result(const char *tenant, const char *meter, int first,
 	held->remaining = palloc(sizeof(int64) * Max(SPI_processed, 1));
 	held->amounts = palloc(sizeof(int64) * Max(SPI_processed, 1));
 	held->low_percents = palloc(sizeof(int) * Max(SPI_processed, 1));
+	held->taken = palloc0(sizeof(int64) * Max(SPI_processed, 1));
 	held->available = 0;
+	held->locked = locked;
 	for (i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	row = SPI_tuptable->vals[i];
@@ -147,12 +176,12 @@ queue_grant_event(const FmGrantsHeld *held, int i, FmQuotaEventKind kind, int64 
 	fm_queue_quota_event(&event);
 }
 
-/* What taking take from grant i crosses: its low mark, its end. */
+/* What grant i crossed, from before to after this call's take. */
 static void
-queue_grant_events(const FmGrantsHeld *held, int i, int64 take)
+queue_grant_events(const FmGrantsHeld *held, int i)
 {
-	int64		before = held->remaining[i];
-	int64		after = before - take;
+	int64		after = held->remaining[i];
+	int64		before = after + held->taken[i];
 
 	if (!grant_low(before, held->amounts[i], held->low_percents[i]) &&
 		grant_low(after, held->amounts[i], held->low_percents[i]))
@@ -161,31 +190,119 @@ queue_grant_events(const FmGrantsHeld *held, int i, int64 take)
 		queue_grant_event(held, i, FM_EVENT_GRANT_EXHAUSTED, after);
 }
 
+static void sum_available(FmGrantsHeld *held);
+
+/* held's grants by id, for writing them in the order fm_grants_lock locks them */
+static const FmGrantsHeld *sort_held;
+
+static int
+compare_grant_ids(const void *a, const void *b)
+{
+	int64		x = sort_held->ids[*(const int *) a];
+	int64		y = sort_held->ids[*(const int *) b];
+
+	return (x > y) - (x < y);
+}
+
+bool
+fm_grants_try_draw(FmGrantsHeld *held, int64 amount)
+{
+	int		   *order = palloc(sizeof(int) * Max(held->n, 1));
+	Datum		args[2];
+	int			k;
+	int			i;
+
+	Assert(amount <= held->available);
+	/* what each grant gives, in draw order */
+	for (i = 0; i < held->n; i++)
+	{
+		held->taken[i] = Min(amount, held->remaining[i]);
+		amount -= held->taken[i];
+		order[i] = i;
+	}
+	if (amount > 0)
+		elog(ERROR, "credit grants hold less than they were counted to");
+	sort_held = held;
+	qsort(order, held->n, sizeof(int), compare_grant_ids);
+
+	for (k = 0; k < held->n; k++)
+	{
+		bool		isnull;
+
+		i = order[k];
+		if (held->taken[i] == 0)
+			continue;
+		args[0] = Int64GetDatum(held->ids[i]);
+		args[1] = Int64GetDatum(held->taken[i]);
+		fm_execute(&draw_stmt, args, NULL, false, 0);
+		if (SPI_processed != 1)
+		{
+			/* spent or voided meanwhile: take back what was drawn, nothing stands */
+			for (; k < held->n; k++)
+				held->taken[order[k]] = 0;	/* not written */
+			fm_grants_undo_draw(held);
+			pfree(order);
+			return false;
+		}
+		held->remaining[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+														 SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	pfree(order);
+	/* what is left, as the rows drawn from said (exact for them) */
+	sum_available(held);
+	return true;
+}
+
+/* Sum of remaining, as held->available keeps it. */
+static void
+sum_available(FmGrantsHeld *held)
+{
+	int			i;
+
+	held->available = 0;
+	for (i = 0; i < held->n; i++)
+		if (pg_add_s64_overflow(held->available, held->remaining[i], &held->available))
+			held->available = PG_INT64_MAX;
+}
+
 void
-fm_grants_draw(FmGrantsHeld *held, int64 amount)
+fm_grants_undo_draw(FmGrantsHeld *held)
 {
 	Datum		args[2];
 	int			i;
 
-	Assert(amount <= held->available);
-	for (i = 0; i < held->n && amount > 0; i++)
+	for (i = 0; i < held->n; i++)
 	{
-		int64		take = Min(amount, held->remaining[i]);
-
-		if (take <= 0)
+		if (held->taken[i] == 0)
 			continue;
 		args[0] = Int64GetDatum(held->ids[i]);
-		args[1] = Int64GetDatum(take);
-		fm_execute(&draw_stmt, args, NULL, false, 0);
+		args[1] = Int64GetDatum(held->taken[i]);
+		fm_execute(&undraw_stmt, args, NULL, false, 0);
 		if (SPI_processed != 1)
-			elog(ERROR, "credit grant " INT64_FORMAT " could not be drawn from", held->ids[i]);
-		queue_grant_events(held, i, take);
-		held->remaining[i] -= take;
-		held->available -= take;
-		amount -= take;
+			elog(ERROR, "credit grant " INT64_FORMAT " could not be given back", held->ids[i]);
+		held->remaining[i] += held->taken[i];
+		held->available += held->taken[i];
+		held->taken[i] = 0;
 	}
-	if (amount > 0)
-		elog(ERROR, "credit grants hold less than they were counted to");
+}
+
+void
+fm_grants_announce_draw(const FmGrantsHeld *held)
+{
+	int			i;
+
+	for (i = 0; i < held->n; i++)
+		if (held->taken[i] > 0)
+			queue_grant_events(held, i);
+}
+
+void
+fm_grants_draw(FmGrantsHeld *held, int64 amount)
+{
+	Assert(held->locked);
+	if (!fm_grants_try_draw(held, amount))
+		elog(ERROR, "credit grants locked by this transaction could not be drawn from");
+	fm_grants_announce_draw(held);
 }
 
 int64

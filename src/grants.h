@@ -7,10 +7,14 @@
  * draws only grants active at its transaction's start (started, not
  * expired, not voided, not exhausted), lowest priority number first, then
  * soonest expiry (never-expiring last), then oldest (lowest id).  Grants
- * are locked only by a caller that already holds the period's stripe 0
- * (usage_rows.h), and in grant id order, so two calls cannot deadlock on
- * them, and a draw is never more than what the locked rows hold (the
- * table's CHECK constraint holds the line too).
+ * are locked or written only by a caller that already holds the period's
+ * stripe 0 (usage_rows.h), and in grant id order, so two calls cannot
+ * deadlock on them.  consume reads them without a lock in the statement
+ * that locks stripe 0, and draws with guarded updates (fm_grants_try_draw):
+ * a grant spent or voided by a transaction it did not see fails the guard,
+ * and the call then locks them (fm_grants_lock) and decides again, so a
+ * draw is never more than a grant holds (the table's CHECK constraint holds
+ * the line too) while a call that draws nothing writes no grant row.
  *
  * A tenant without a limit on the meter that has been granted credits
  * (FmLimit.grants) is limited by its grants alone: a hard quota of zero.
@@ -36,7 +40,9 @@ typedef struct FmGrantsHeld
 	int64	   *remaining;
 	int64	   *amounts;
 	int		   *low_percents;	/* 0: no grant_low event */
+	int64	   *taken;			/* what this call drew from each */
 	int64		available;		/* sum of remaining */
+	bool		locked;			/* read FOR UPDATE: remaining is exact */
 } FmGrantsHeld;
 
 /* an active grant at now_param ($1 tenant, $2 meter), as the calls see it */
@@ -62,16 +68,34 @@ typedef struct FmGrantsHeld
 	"  ORDER BY c.grant_id FOR UPDATE) g" \
 	" ORDER BY g.priority, g.expires_at NULLS LAST, g.grant_id"
 
+/*
+ * The same rows read without a lock, in draw order, as the statement's
+ * snapshot shows them (consume's).
+ */
+#define FM_READ_GRANTS_ROWS(now_param) \
+	"SELECT c.grant_id, c.amount OPERATOR(pg_catalog.-) c.drawn, c.amount," \
+	" COALESCE(c.low_balance_percent, 0)" \
+	" FROM flagmeter.credit_grants c WHERE" FM_ACTIVE_GRANT("c", now_param) \
+	" ORDER BY c.priority, c.expires_at NULLS LAST, c.grant_id"
+
 /* Lock the grants active at now, in id order (see above). */
 extern void fm_grants_lock(const char *tenant, const char *meter, TimestampTz now,
 						   FmGrantsHeld *held);
 
 /*
+ * Read them without a lock, in a statement of its own: a caller holding
+ * stripe 0 sees every draw of the period's consumes committed before it.
+ */
+extern void fm_grants_read(const char *tenant, const char *meter, TimestampTz now,
+						   FmGrantsHeld *held);
+
+/*
  * The grants of the rows of the current SPI result whose column first (a
- * grant_id, of FM_LOCK_GRANTS_ROWS' columns) is not NULL, in their order.
+ * grant_id, of FM_LOCK_GRANTS_ROWS' or FM_READ_GRANTS_ROWS' columns) is not
+ * NULL, in their order; locked says which of the two.
  */
 extern void fm_grants_from_result(const char *tenant, const char *meter, int first,
-								  FmGrantsHeld *held);
+								  bool locked, FmGrantsHeld *held);
 
 /*
  * What the active grants hold, unlocked (for the balance a decision
@@ -81,8 +105,24 @@ extern int64 fm_grants_available(const char *tenant, const char *meter,
 								 TimestampTz now, bool read_only);
 
 /*
- * Draw amount (at most held->available) from held, in draw order, queueing
- * grant_low and grant_exhausted for the grants it takes there (notify.h).
+ * Draw amount (at most held->available) from held, in draw order, writing
+ * the rows in id order, each only if it still holds what it takes and is
+ * not voided.  False, having drawn nothing, when one did not (only grants
+ * read without a lock can fail so); then held is stale.  Otherwise
+ * held->available is what is left, exact for the grants drawn from.
+ * Announces nothing
+ * yet: fm_grants_announce_draw once the draw stands, or
+ * fm_grants_undo_draw to take it back (both under the rows' locks, which
+ * the draw took).
+ */
+extern bool fm_grants_try_draw(FmGrantsHeld *held, int64 amount);
+
+extern void fm_grants_announce_draw(const FmGrantsHeld *held);
+extern void fm_grants_undo_draw(FmGrantsHeld *held);
+
+/*
+ * Draw from grants locked by fm_grants_lock, and queue grant_low and
+ * grant_exhausted for the grants it takes there (notify.h).
  */
 extern void fm_grants_draw(FmGrantsHeld *held, int64 amount);
 
