@@ -374,6 +374,11 @@ BEGIN
 		RAISE EXCEPTION 'meter "%" is a credit pool: a pool draws from no pool', meter
 			USING ERRCODE = 'feature_not_supported';
 	END IF;
+	IF EXISTS (SELECT FROM flagmeter.limits l WHERE l.meter = check_pool.meter AND l.rollover IS NOT NULL) THEN
+		RAISE EXCEPTION 'meter "%" rolls unused quota over into grants of its own', meter
+			USING ERRCODE = 'object_in_use',
+			      HINT = 'Set its limits without rollover first, or roll the pool over instead.';
+	END IF;
 	IF EXISTS (SELECT FROM flagmeter.credit_accounts a WHERE a.meter = check_pool.meter) THEN
 		RAISE EXCEPTION 'meter "%" has credit grants or reservations of its own', meter
 			USING ERRCODE = 'object_in_use',
@@ -910,9 +915,11 @@ BEGIN
 		RAISE EXCEPTION 'meter "%" is a % meter: rollover makes credits, which are units of sum and count meters',
 			meter, aggregation USING ERRCODE = 'feature_not_supported';
 	END IF;
+	-- rollover makes grants, which a meter drawing from a pool has not
+	PERFORM flagmeter.check_not_drawing(meter);
 END $$;
 COMMENT ON FUNCTION flagmeter.check_rollover_args(text, text, integer, bigint, integer) IS
-'validates the rollover arguments of set_limit for a defined meter and a valid period: rollover 1 to 100 or NULL (then no cap and rollover_periods 1), rollover_cap positive or NULL, rollover_periods 1 to 120, not on a lifetime period nor on a max or latest meter';
+'validates the rollover arguments of set_limit for a defined meter and a valid period: rollover 1 to 100 or NULL (then no cap and rollover_periods 1), rollover_cap positive or NULL, rollover_periods 1 to 120, not on a lifetime period, a max or latest meter, or a meter that draws from a credit pool';
 
 -- {meter: limit} for every meter, or for one: the limit in force for the
 -- tenant as limit_config() gives it (aggregation, plan, quota, period,

@@ -308,7 +308,8 @@ BEGIN
 		CROSS JOIN LATERAL flagmeter.period_bounds(now(), c.period, c.anchor, c.timezone) cur
 		CROSS JOIN LATERAL flagmeter.period_bounds(cur.period_start - interval '1 microsecond',
 		                                           c.period, c.anchor, c.timezone) last
-		WHERE l.rollover IS NOT NULL
+		JOIN flagmeter.meters m ON m.meter = l.meter
+		WHERE l.rollover IS NOT NULL AND m.draws IS NULL
 		  AND c.period <> 'lifetime' AND c.aggregation IN ('sum', 'count')
 		  AND last.period_end > t.assigned_at
 		  AND NOT EXISTS (SELECT FROM flagmeter.rollovers x

@@ -158,6 +158,13 @@ SELECT define_meter('cheap');
 SELECT granted, used, reason, balance FROM consume('batcher', 'cheap', 4);
 SELECT * FROM pg_temp.used('batcher');
 
+-- rollover makes grants of the meter's own: not for a drawer, and a meter that
+-- rolls over does not start drawing
+SELECT pg_temp.try($$SELECT set_limit('pro', 'gpt4', 100, 'month', rollover => 50)$$);
+SELECT define_meter('monthly'), set_limit('pro', 'monthly', 100, 'month', rollover => 50);
+SELECT pg_temp.try($$SELECT define_meter('monthly', draws => 'credits')$$);
+SELECT meter, rollover FROM limits WHERE plan = 'pro' ORDER BY meter;
+
 -- 7. out of range -----------------------------------------------------------------
 SELECT define_meter('dear', draws => 'credits', rate => 999999999999);
 SELECT pg_temp.try($$SELECT consume('acme', 'dear', 10000000)$$);
