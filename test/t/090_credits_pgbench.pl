@@ -1,16 +1,22 @@
-# test/t/090_credits_pgbench.pl -- credit grants under load (issue 19).
+# test/t/090_credits_pgbench.pl -- credit grants and reservations under load
+# (issue 19).
 #
-# 32 pgbench clients consume 1..10 units at a time from one tenant with a
-# lifetime hard quota of 100 and five grants: three active ones of
-# priorities 0, 1 and 1 (the two of priority 1 expiring at different
-# times), one that expired before the run with units left, and one that
-# starts after it.  About 17 600 units are asked for, so quota and grants
-# run out early and most later calls are refused.  Each transaction logs
-# its decision in the same transaction as the consume.  Afterwards:
+# 32 pgbench clients ask 1..10 units at a time of one tenant with a lifetime
+# hard quota of 100 and five grants: three active ones of priorities 0, 1
+# and 1 (the two of priority 1 expiring at different times), one that
+# expired before the run with units left, and one that starts after it.
+# Two transactions in three consume; the third reserves, then at random
+# settles an actual amount of at most what it reserved, or releases the
+# hold.  About 17 600 units are asked for, so quota and grants run out early
+# and most later calls are refused.  Each transaction logs its decisions in
+# the same transaction as its calls.  Afterwards:
 #   - no grant is drawn past its amount or below zero, and neither the
 #     expired nor the pending grant is drawn at all;
 #   - what the grants lost equals the sum of from_grants of the granted
-#     decisions, and every unit past the quota came from them;
+#     consumes and the settles, and every unit past the quota came from
+#     them;
+#   - usage is the granted consumes plus the settled amounts, and no hold
+#     is left open;
 #   - the draw order held: a grant was drawn only once every grant before
 #     it in the order was used up (priority, then soonest expiry, then id);
 #   - the balance is less than the smallest refused amount;
@@ -48,6 +54,7 @@ $node->safe_psql(
 	SELECT flagmeter.grant_credits('t', 'm', 500, priority => -1, starts_at => now() + interval '1 day',
 	                               idempotency_key => 'pending');
 	CREATE TABLE decisions (
+		kind		text NOT NULL,
 		amount		bigint NOT NULL,
 		granted		boolean NOT NULL,
 		from_grants	bigint NOT NULL,
@@ -63,13 +70,27 @@ $node->pgbench(
 		qr{number of failed transactions: 0 \(0\.000%\)}
 	],
 	[qr{^$}],
-	"pgbench: $clients clients x $per_client consumes of a tenant with grants, no failed transaction",
+	"pgbench: $clients clients x $per_client consumes and reservations of a tenant with grants, no failed transaction",
 	{
-		'090_credits_pgbench_consume' => q{
+		'090_credits_pgbench_consume@2' => q{
 \set amount random(1, 10)
-INSERT INTO decisions (amount, granted, from_grants, balance)
-SELECT :amount, d.granted, d.from_grants, d.balance
+INSERT INTO decisions (kind, amount, granted, from_grants, balance)
+SELECT 'consume', :amount, d.granted, d.from_grants, d.balance
 FROM flagmeter.consume('t', 'm', (:amount)::bigint) AS d;
+},
+		'090_credits_pgbench_reserve@1' => q{
+\set amount random(1, 10)
+\set actual random(0, :amount)
+\set settle random(0, 1)
+WITH r AS (SELECT * FROM flagmeter.reserve('t', 'm', (:amount)::bigint, ttl => '1 hour')),
+s AS (SELECT d.* FROM r, LATERAL flagmeter.settle(r.reservation_id, (:actual)::bigint) d
+      WHERE r.granted AND :settle = 1),
+l AS (SELECT flagmeter.release(r.reservation_id) AS released FROM r
+      WHERE r.granted AND :settle = 0)
+INSERT INTO decisions (kind, amount, granted, from_grants, balance)
+SELECT 'settle', :actual, s.granted, s.from_grants, s.balance FROM s
+UNION ALL SELECT 'reserve', :amount, r.granted, 0, r.balance FROM r
+UNION ALL SELECT 'release', 0, l.released, 0, 0 FROM l;
 }
 	});
 
@@ -91,13 +112,23 @@ is( query(
 	),
 	'expired=0,pending=0',
 	'neither the expired nor the not yet started grant was drawn');
+cmp_ok(query("SELECT count(*) FROM decisions WHERE kind = 'settle'"), '>', 0,
+	'reservations were settled');
+cmp_ok(query("SELECT count(*) FROM decisions WHERE kind = 'release'"), '>', 0,
+	'reservations were released');
+is(query("SELECT count(*) FROM decisions WHERE kind = 'settle' AND NOT granted"),
+	'0', 'a settle is never refused');
 is(query("SELECT coalesce(sum(from_grants), 0) FROM decisions WHERE granted"),
-	$drawn, 'what the grants lost is the sum of from_grants of the granted decisions');
+	$drawn, 'what the grants lost is the sum of from_grants of the granted consumes and settles');
 is(query("SELECT count(*) FROM decisions WHERE NOT granted AND from_grants <> 0"),
 	'0', 'a refused consume drew nothing');
 is($used - $quota, $drawn, 'every unit past the quota came from the grants');
-is(query("SELECT coalesce(sum(amount), 0) FROM decisions WHERE granted"),
-	$used, 'used equals the sum of the granted amounts');
+is( query(
+		"SELECT coalesce(sum(amount), 0) FROM decisions WHERE granted AND kind IN ('consume', 'settle')"),
+	$used, 'used equals the granted consumes plus the settled amounts');
+is( query(
+		"SELECT count(*) FROM flagmeter.reservations WHERE settled_at IS NULL AND released_at IS NULL"),
+	'0', 'no hold is left open');
 cmp_ok($used, '<=', $quota + $active, 'used never exceeds quota plus the active grants');
 cmp_ok($quota + $active - $used, '<', 10,
 	'quota and grants are used up to less than the largest amount asked');
@@ -111,7 +142,7 @@ is( query(
 is(query("SELECT flagmeter.balance('t', 'm')"), $quota + $active - $used,
 	'balance is what quota and active grants have left');
 is( query(
-		"SELECT count(*) FROM decisions WHERE NOT granted AND amount <= balance"),
+		"SELECT count(*) FROM decisions WHERE NOT granted AND kind IN ('consume', 'reserve') AND amount <= balance"),
 	'0', 'every refusal was for more than the balance it reported');
 
 $node->stop;
