@@ -190,16 +190,25 @@ queue_grant_events(const FmGrantsHeld *held, int i)
 		queue_grant_event(held, i, FM_EVENT_GRANT_EXHAUSTED, after);
 }
 
-static void sum_available(FmGrantsHeld *held);
+/* Sum of remaining, as held->available keeps it. */
+static void
+sum_available(FmGrantsHeld *held)
+{
+	int			i;
+
+	held->available = 0;
+	for (i = 0; i < held->n; i++)
+		if (pg_add_s64_overflow(held->available, held->remaining[i], &held->available))
+			held->available = PG_INT64_MAX;
+}
 
 /* held's grants by id, for writing them in the order fm_grants_lock locks them */
-static const FmGrantsHeld *sort_held;
-
 static int
-compare_grant_ids(const void *a, const void *b)
+compare_grant_ids(const void *a, const void *b, void *arg)
 {
-	int64		x = sort_held->ids[*(const int *) a];
-	int64		y = sort_held->ids[*(const int *) b];
+	const FmGrantsHeld *held = arg;
+	int64		x = held->ids[*(const int *) a];
+	int64		y = held->ids[*(const int *) b];
 
 	return (x > y) - (x < y);
 }
@@ -222,8 +231,7 @@ fm_grants_try_draw(FmGrantsHeld *held, int64 amount)
 	}
 	if (amount > 0)
 		elog(ERROR, "credit grants hold less than they were counted to");
-	sort_held = held;
-	qsort(order, held->n, sizeof(int), compare_grant_ids);
+	qsort_arg(order, held->n, sizeof(int), compare_grant_ids, held);
 
 	for (k = 0; k < held->n; k++)
 	{
@@ -253,18 +261,6 @@ fm_grants_try_draw(FmGrantsHeld *held, int64 amount)
 	return true;
 }
 
-/* Sum of remaining, as held->available keeps it. */
-static void
-sum_available(FmGrantsHeld *held)
-{
-	int			i;
-
-	held->available = 0;
-	for (i = 0; i < held->n; i++)
-		if (pg_add_s64_overflow(held->available, held->remaining[i], &held->available))
-			held->available = PG_INT64_MAX;
-}
-
 void
 fm_grants_undo_draw(FmGrantsHeld *held)
 {
@@ -281,9 +277,9 @@ fm_grants_undo_draw(FmGrantsHeld *held)
 		if (SPI_processed != 1)
 			elog(ERROR, "credit grant " INT64_FORMAT " could not be given back", held->ids[i]);
 		held->remaining[i] += held->taken[i];
-		held->available += held->taken[i];
 		held->taken[i] = 0;
 	}
+	sum_available(held);
 }
 
 void
