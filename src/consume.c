@@ -670,6 +670,7 @@ typedef struct TenantMeter
 {
 	const char *tenant;
 	const char *meter;
+	TimestampTz period_start;	/* of the limit in force now */
 } TenantMeter;
 
 static int
@@ -680,6 +681,19 @@ compare_tenant_meters(const void *a, const void *b)
 	int			c = strcmp(x->tenant, y->tenant);
 
 	return c != 0 ? c : strcmp(x->meter, y->meter);
+}
+
+/* pair is (tenant, meter) and its current period; *limit the limit in force */
+static void
+set_pair(TenantMeter *pair, const char *tenant, const char *meter, TimestampTz now,
+		 FmLimit *limit)
+{
+	TimestampTz end;
+
+	pair->tenant = tenant;
+	pair->meter = meter;
+	fm_load_limit(tenant, meter, false, limit);
+	fm_period_bounds(limit->period, limit->anchor, limit->tz, now, &pair->period_start, &end);
 }
 
 void
@@ -695,33 +709,24 @@ fm_lock_consume_periods(char **tenants, char **meters, int n)
 	for (i = 0; i < n; i++)
 	{
 		FmLimit		limit;
+		FmLimit		pool_limit;
 
-		pairs[npairs].tenant = tenants[i];
-		pairs[npairs++].meter = meters[i];
-		fm_load_limit(tenants[i], meters[i], false, &limit);
+		set_pair(&pairs[npairs++], tenants[i], meters[i], now, &limit);
 		if (fm_draws_from_pool(&limit))
-		{
-			pairs[npairs].tenant = tenants[i];
-			pairs[npairs++].meter = pstrdup(limit.pool);
-		}
+			set_pair(&pairs[npairs++], tenants[i], pstrdup(limit.pool), now, &pool_limit);
 	}
 	qsort(pairs, npairs, sizeof(TenantMeter), compare_tenant_meters);
 
 	SPI_connect();
 	for (i = 0; i < npairs; i++)
 	{
-		FmLimit		limit;
-		TimestampTz start,
-					end;
 		FmCounter	stripe0,
 					tracked;
 
 		if (i > 0 && compare_tenant_meters(&pairs[i], &pairs[i - 1]) == 0)
 			continue;
-		fm_load_limit(pairs[i].tenant, pairs[i].meter, false, &limit);
-		fm_period_bounds(limit.period, limit.anchor, limit.tz, now, &start, &end);
-		lock_for_consume(pairs[i].tenant, pairs[i].meter, start, now, &stripe0, &tracked,
-						 NULL);
+		lock_for_consume(pairs[i].tenant, pairs[i].meter, pairs[i].period_start, now,
+						 &stripe0, &tracked, NULL);
 	}
 	SPI_finish();
 	pfree(pairs);

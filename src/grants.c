@@ -19,7 +19,7 @@
 #include "usage_rows.h"
 
 static FmStatement lock_grants_stmt = {
-	FM_LOCK_GRANTS_ROWS("$3", ""),
+	FM_LOCK_GRANTS_ROWS("$3"),
 	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
 };
 
@@ -64,26 +64,30 @@ grant_args(Datum *args, const char *tenant, const char *meter, TimestampTz now)
 	args[2] = TimestampTzGetDatum(now);
 }
 
-void
-fm_grants_lock(const char *tenant, const char *meter, TimestampTz now,
-			   FmGrantsHeld *held)
+/* The active grants by one of the two statements above, into held. */
+static void
+load_grants(FmStatement *stmt, bool locked, const char *tenant, const char *meter,
+			TimestampTz now, FmGrantsHeld *held)
 {
 	Datum		args[3];
 
 	grant_args(args, tenant, meter, now);
-	fm_execute(&lock_grants_stmt, args, NULL, false, 0);
-	fm_grants_from_result(tenant, meter, 1, true, held);
+	fm_execute(stmt, args, NULL, false, 0);
+	fm_grants_from_result(tenant, meter, 1, locked, held);
+}
+
+void
+fm_grants_lock(const char *tenant, const char *meter, TimestampTz now,
+			   FmGrantsHeld *held)
+{
+	load_grants(&lock_grants_stmt, true, tenant, meter, now, held);
 }
 
 void
 fm_grants_read(const char *tenant, const char *meter, TimestampTz now,
 			   FmGrantsHeld *held)
 {
-	Datum		args[3];
-
-	grant_args(args, tenant, meter, now);
-	fm_execute(&read_grants_stmt, args, NULL, false, 0);
-	fm_grants_from_result(tenant, meter, 1, false, held);
+	load_grants(&read_grants_stmt, false, tenant, meter, now, held);
 }
 
 void

@@ -58,13 +58,13 @@ typedef struct FmGrantsHeld
  * (its LockRows runs above its sort), in draw order: (grant_id, remaining,
  * amount, low percent).  READ COMMITTED rechecks the condition on a row
  * updated meanwhile: a grant voided or used up by the transaction waited
- * for is left out.  where adds a condition (" AND ...") or nothing.
+ * for is left out.
  */
-#define FM_LOCK_GRANTS_ROWS(now_param, where) \
+#define FM_LOCK_GRANTS_ROWS(now_param) \
 	"SELECT g.grant_id, g.amount OPERATOR(pg_catalog.-) g.drawn, g.amount," \
 	" COALESCE(g.low_balance_percent, 0) FROM (" \
 	"  SELECT c.grant_id, c.amount, c.drawn, c.priority, c.expires_at, c.low_balance_percent" \
-	"  FROM flagmeter.credit_grants c WHERE" FM_ACTIVE_GRANT("c", now_param) where \
+	"  FROM flagmeter.credit_grants c WHERE" FM_ACTIVE_GRANT("c", now_param) \
 	"  ORDER BY c.grant_id FOR UPDATE) g" \
 	" ORDER BY g.priority, g.expires_at NULLS LAST, g.grant_id"
 
