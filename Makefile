@@ -18,6 +18,7 @@ OBJS = \
 	src/limit.o \
 	src/limit_lookup.o \
 	src/shared_limits.o \
+	src/inflight.o \
 	src/decision.o \
 	src/usage_rows.o \
 	src/stripes.o \
@@ -68,7 +69,7 @@ ifeq ($(WERROR),1)
 PG_CFLAGS += -Werror
 endif
 
-EXTRA_CLEAN = results output_iso tmp_check regression.diffs regression.out
+EXTRA_CLEAN = results output_iso output_row_lock output_iso_row_lock tmp_check regression.diffs regression.out
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)

@@ -27,6 +27,7 @@
 #include "counter.h"
 #include "decision.h"
 #include "event_keys.h"
+#include "inflight.h"
 #include "limit_lookup.h"
 #include "notify.h"
 #include "period.h"
@@ -149,7 +150,10 @@ lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start
 	bool		found = false;
 	bool		isnull;
 	uint64		i;
+	FmCounter	in_flight = fm_empty_counter();
 
+	/* consumes in flight end first, or count as tracked (inflight.h) */
+	fm_inflight_before_lock(tenant, meter, period_start, now, &in_flight);
 	fm_period_args(args, tenant, meter, period_start);
 	args[3] = TimestampTzGetDatum(now);
 	fm_execute(stmt, args, NULL, false, 0);
@@ -163,7 +167,7 @@ lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start
 	}
 
 	*stripe0 = fm_empty_counter();
-	*tracked = fm_empty_counter();
+	*tracked = in_flight;
 	found = false;
 	for (i = 0; i < SPI_processed; i++)
 	{
@@ -221,6 +225,31 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 	bool		bounded = limit->limited && limit->hard;
 	uint64		i;
 
+	if (fm_inflight_consume_enabled())
+	{
+		FmInflightOutcome outcome = fm_inflight_consume(tenant, item->meter,
+														item->period_start,
+														item->period_end, limit,
+														item->amount, now, decision,
+														&counted);
+
+		if (outcome != FM_INFLIGHT_FALL_BACK)
+		{
+			if (outcome == FM_INFLIGHT_GRANTED)
+			{
+				fm_counter_report(fm_counter_add_event(&delta, item->amount, now));
+				fm_write_event_to_stripe(tenant, item->meter, item->amount, now, NULL,
+										 item->period_start, &delta);
+				fm_announce_usage_level(tenant, item->meter, limit, item->period_start,
+										&counted);
+			}
+			decision->meter = item->meter;
+			return decision;
+		}
+	}
+
+	/* under stripe 0's lock, once the lock-free consumes in flight ended */
+	fm_inflight_before_lock(tenant, item->meter, item->period_start, now, &tracked);
 	ItemPointerSetInvalid(&event_tid);
 	fm_period_args(args, tenant, item->meter, item->period_start);
 	args[3] = Int64GetDatum(item->amount);

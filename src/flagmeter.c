@@ -10,6 +10,7 @@
 
 #include "compat.h"
 #include "entitlements.h"
+#include "inflight.h"
 #include "limit_lookup.h"
 #include "notify.h"
 #include "shared_limits.h"
@@ -26,6 +27,7 @@ _PG_init(void)
 	fm_limit_lookup_init();
 	fm_features_init();
 	fm_shared_limits_init();
+	fm_inflight_init();
 	fm_notify_init();
 	MarkGUCPrefixReserved("flagmeter");
 }

@@ -14,6 +14,7 @@
 
 #include "counter.h"
 #include "grants.h"
+#include "inflight.h"
 #include "notify.h"
 #include "statements.h"
 #include "usage_rows.h"
@@ -454,6 +455,7 @@ fm_grants_after_track(const char *tenant, const char *meter, const FmLimit *limi
 	 * the period again in a snapshot taken once they are held (READ
 	 * COMMITTED), so that a consume or track that drew before is counted.
 	 */
+	fm_inflight_before_lock(tenant, meter, period_start, now, NULL);
 	fm_lock_stripe0(tenant, meter, period_start);
 	fm_grants_lock(tenant, meter, now, &held);
 	total = fm_read_period(tenant, meter, period_start);

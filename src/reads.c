@@ -9,7 +9,6 @@
 
 #include "access/xact.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -21,39 +20,8 @@
 #include "limit_lookup.h"
 #include "period.h"
 #include "pools.h"
-#include "pk_scan.h"
 #include "reads.h"
-
-/*
- * The merge of the counter rows of (tenant, meter, period_start) in the
- * active snapshot, by a direct scan of flagmeter.counters' primary key
- * (pk_scan.c says why); 22003 when the merge overflows.
- */
-static FmCounter
-scan_period(const char *tenant, const char *meter, TimestampTz period_start)
-{
-	/* (tenant, meter, period_start): the leading columns of the key */
-	const Datum keys[3] = {CStringGetTextDatum(tenant), CStringGetTextDatum(meter),
-	TimestampTzGetDatum(period_start)};
-	const Oid	eqprocs[3] = {F_TEXTEQ, F_TEXTEQ, F_TIMESTAMPTZ_EQ};
-	FmPkScan	s;
-	AttrNumber	counter_attnum;
-	FmCounter	total;
-
-	fm_counter_init(&total);
-	fm_pk_scan_begin(&s, "counters", 3, keys, eqprocs, GetActiveSnapshot());
-	counter_attnum = fm_pk_scan_attnum(&s, "counter");
-	while (fm_pk_scan_next(&s))
-	{
-		bool		isnull;
-		Datum		d = slot_getattr(s.slot, counter_attnum, &isnull);
-
-		if (!isnull)
-			fm_counter_report(fm_counter_merge(&total, DatumGetFmCounterP(d)));
-	}
-	fm_pk_scan_end(&s);
-	return total;
-}
+#include "usage_rows.h"
 
 /* check(tenant, meter, amount) -> decision */
 PG_FUNCTION_INFO_V1(fm_check);
@@ -86,7 +54,7 @@ fm_check_decision(const char *tenant, const char *meter, int64 amount,
 	fm_load_limit(tenant, meter, true, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, now,
 					 &period_start, &period_end);
-	current = scan_period(tenant, meter, period_start);
+	current = fm_scan_period(tenant, meter, period_start, GetActiveSnapshot());
 
 	if (limit.grants || limit.reserves)
 	{
@@ -129,7 +97,7 @@ fm_usage(PG_FUNCTION_ARGS)
 	fm_load_limit(tenant, meter, true, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz, at,
 					 &period_start, &period_end);
-	current = scan_period(tenant, meter, period_start);
+	current = fm_scan_period(tenant, meter, period_start, GetActiveSnapshot());
 
 	if (limit.limited)
 	{

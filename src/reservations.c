@@ -20,6 +20,7 @@
 #include "counter.h"
 #include "decision.h"
 #include "grants.h"
+#include "inflight.h"
 #include "limit_lookup.h"
 #include "period.h"
 #include "pools.h"
@@ -147,6 +148,7 @@ lock_current_stripe0(const char *tenant, const char *meter)
 	fm_load_limit_any(tenant, meter, false, &limit);
 	fm_period_bounds(limit.period, limit.anchor, limit.tz,
 					 GetCurrentTransactionStartTimestamp(), &start, &end);
+	fm_inflight_before_lock(tenant, meter, start, GetCurrentTransactionStartTimestamp(), NULL);
 	fm_lock_stripe0(tenant, meter, start);
 }
 
@@ -229,6 +231,7 @@ fm_reserve(PG_FUNCTION_ARGS)
 		limit.reserves = true;
 	}
 
+	fm_inflight_before_lock(tenant, meter, period_start, now, NULL);
 	fm_lock_stripe0(tenant, meter, period_start);
 	total = fm_read_period(tenant, meter, period_start);
 	held = fm_reservations_held(tenant, meter, now, false);

@@ -10,10 +10,14 @@
 #include "executor/spi.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "access/xact.h"
+#include "utils/fmgroids.h"
 #include "utils/timestamp.h"
 #include "utils/xid8.h"
 
 #include "counter.h"
+#include "pk_scan.h"
+#include "stripes.h"
 #include "usage_rows.h"
 
 static FmStatement read_period_stmt = {
@@ -125,4 +129,114 @@ fm_lock_stripe0(const char *tenant, const char *meter, TimestampTz period_start)
 			elog(ERROR, "could not lock the counter of tenant \"%s\" meter \"%s\"",
 				 tenant, meter);
 	}
+}
+
+FmCounter
+fm_scan_period(const char *tenant, const char *meter, TimestampTz period_start,
+			   Snapshot snapshot)
+{
+	/* (tenant, meter, period_start): the leading columns of the key */
+	const Datum keys[3] = {CStringGetTextDatum(tenant), CStringGetTextDatum(meter),
+	TimestampTzGetDatum(period_start)};
+	const Oid	eqprocs[3] = {F_TEXTEQ, F_TEXTEQ, F_TIMESTAMPTZ_EQ};
+	FmPkScan	s;
+	AttrNumber	counter_attnum;
+	FmCounter	total;
+
+	fm_counter_init(&total);
+	fm_pk_scan_begin(&s, "counters", 3, keys, eqprocs, snapshot);
+	counter_attnum = fm_pk_scan_attnum(&s, "counter");
+	while (fm_pk_scan_next(&s))
+	{
+		bool		isnull;
+		Datum		d = slot_getattr(s.slot, counter_attnum, &isnull);
+
+		if (!isnull)
+			fm_counter_report(fm_counter_merge(&total, DatumGetFmCounterP(d)));
+	}
+	fm_pk_scan_end(&s);
+	return total;
+}
+
+/*
+ * track's statements; fm_pick_stripe says which stripe they write.  Each
+ * returns (stripe, counter, recheck_at, recheck_for) of the row written.
+ */
+#define TRACK_EVENT_CTE \
+	"WITH event AS (" \
+	"  INSERT INTO flagmeter.events" \
+	"   (tenant, meter, amount, occurred_at, recorded_at, idempotency_key)" \
+	"  VALUES ($1, $2, $3, $4, $5, $6)" \
+	") "
+#define TRACK_STRIPE_KEY(alias) \
+	" " alias ".tenant" FM_EQ "$1 AND " alias ".meter" FM_EQ "$2" \
+	" AND " alias ".period_start" FM_EQ "$7"
+#define ADD_TO_STRIPE \
+	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)" \
+	" VALUES ($1, $2, $7, $8, $9)" \
+	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE" \
+	" SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter" \
+	" RETURNING c.stripe, c.counter, c.recheck_at, c.recheck_for"
+#define TRACK_ARGTYPES \
+	{TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, \
+	TIMESTAMPTZOID, INT2OID, FM_TYPE_COUNTER}
+
+/*
+ * The event and the increment of an existing stripe: no row when the
+ * stripe does not exist yet.  A plain UPDATE, not an upsert: ON CONFLICT DO
+ * UPDATE locks the row first, a WAL record of its own.
+ */
+static FmStatement track_update_stripe_stmt = {
+	TRACK_EVENT_CTE
+	"UPDATE flagmeter.counters c"
+	" SET counter = c.counter OPERATOR(flagmeter.+) $9"
+	" WHERE" TRACK_STRIPE_KEY("c") " AND c.stripe" FM_EQ "$8"
+	" RETURNING c.stripe, c.counter, c.recheck_at, c.recheck_for",
+	9, TRACK_ARGTYPES
+};
+
+/* the increment of a stripe that may not exist yet (it creates it) */
+static FmStatement add_to_stripe_stmt = {
+	ADD_TO_STRIPE,
+	9, TRACK_ARGTYPES
+};
+
+/* the event and the increment of a stripe that may not exist yet */
+static FmStatement track_add_to_stripe_stmt = {
+	TRACK_EVENT_CTE ADD_TO_STRIPE,
+	9, TRACK_ARGTYPES
+};
+
+void
+fm_write_event_to_stripe(const char *tenant, const char *meter, int64 amount,
+						 TimestampTz occurred_at, const char *key,
+						 TimestampTz period_start, const FmCounter *delta)
+{
+	Datum		args[9];
+
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	args[2] = Int64GetDatum(amount);
+	args[3] = TimestampTzGetDatum(occurred_at);
+	args[4] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	args[5] = key ? CStringGetTextDatum(key) : (Datum) 0;
+	args[6] = TimestampTzGetDatum(period_start);
+	args[8] = FmCounterPGetDatum(delta);
+	if (IsolationUsesXactSnapshot())
+	{
+		args[7] = Int16GetDatum(fm_own_stripe());
+		fm_execute(&track_add_to_stripe_stmt, args, key ? NULL : "     n   ",
+				   false, 0);
+	}
+	else
+	{
+		args[7] = Int16GetDatum(fm_pick_stripe(tenant, meter, period_start));
+		fm_execute(&track_update_stripe_stmt, args, key ? NULL : "     n   ",
+				   false, 0);
+		if (SPI_processed == 0)
+			fm_execute(&add_to_stripe_stmt, args, NULL, false, 0);
+	}
+	if (SPI_processed != 1)
+		elog(ERROR, "track wrote " UINT64_FORMAT " counter rows of tenant \"%s\" meter \"%s\"",
+			 (uint64) SPI_processed, tenant, meter);
 }

@@ -18,6 +18,7 @@
 
 #include "postgres.h"
 #include "datatype/timestamp.h"
+#include "utils/snapshot.h"
 
 #include "counter_core.h"
 #include "statements.h"
@@ -74,5 +75,24 @@ extern void fm_create_stripe0(Datum *args);
 /* Lock stripe 0 of the period, creating it first if needed; it stays in SPI_tuptable. */
 extern void fm_lock_stripe0(const char *tenant, const char *meter,
 							TimestampTz period_start);
+
+/*
+ * The period's usage: merge of all its rows in snapshot, by a direct scan
+ * of the primary key (pk_scan.c says why); 22003 when the merge overflows.
+ */
+extern FmCounter fm_scan_period(const char *tenant, const char *meter,
+								TimestampTz period_start, Snapshot snapshot);
+
+/*
+ * What a track writes (and a consume deciding without stripe 0): the raw
+ * event and the increment delta of a stripe of the period, the one
+ * fm_pick_stripe chooses (READ COMMITTED) or the backend's own.  The
+ * written stripe's row (stripe, counter, recheck_at, recheck_for) is left
+ * in SPI_tuptable for fm_stripe_written.  A stripe whose usage would
+ * overflow raises 22003 and rolls the event back.
+ */
+extern void fm_write_event_to_stripe(const char *tenant, const char *meter, int64 amount,
+									 TimestampTz occurred_at, const char *key,
+									 TimestampTz period_start, const FmCounter *delta);
 
 #endif							/* FLAGMETER_USAGE_ROWS_H */

@@ -216,6 +216,7 @@ run_as_pg() {
 		"PGHOST=${PGHOST:-}"
 		"PGPORT=${PGPORT:-}"
 		"PGUSER=${PGUSER:-}"
+		"PGOPTIONS=${PGOPTIONS:-}"
 		"TMPDIR=$FM_TMP"
 		# C.UTF-8 always exists on Debian: untranslated messages, and no
 		# perl "setting locale failed" noise from a missing $LANG locale.
@@ -306,6 +307,8 @@ listen_addresses = '$listen'
 unix_socket_directories = '$FM_TMP'
 shared_preload_libraries = 'pg_cron,flagmeter'
 cron.database_name = 'postgres'
+# the isolation spec inflight_consume prepares a transaction that consumed
+max_prepared_transactions = 4
 EOF
 
 	# A port found free can be taken before the server binds it (another

@@ -14,6 +14,10 @@
 # of them through PGXS's `make installcheck`:
 #   regress    pg_regress, test/sql/*.sql vs test/expected/*.out
 #   isolation  pg_isolation_regress, test/specs/*.spec
+#   regress_row_lock, isolation_row_lock
+#              the same two with flagmeter.lock_free_consume = off: every
+#              consume decides under stripe 0's row lock, as without
+#              flagmeter preloaded
 #   tap        prove, test/t/*.pl (these start their own clusters with
 #              PostgreSQL::Test::Cluster; only PGXS's bindir on PATH matters)
 #   fuzz       `make fuzz-smoke`: a short libFuzzer run on the quota_counter
@@ -280,7 +284,8 @@ run_host_suites() {
 # e.g. results/*.out of a test that has no expected output yet).
 show_failure_details() {
 	local f
-	for f in "$FM_SRC/regression.diffs" "$FM_SRC/output_iso/regression.diffs"; do
+	for f in "$FM_SRC/regression.diffs" "$FM_SRC/output_iso/regression.diffs" \
+		"$FM_SRC/output_row_lock/regression.diffs" "$FM_SRC/output_iso_row_lock/regression.diffs"; do
 		if [[ -s $f ]]; then
 			printf '\n======== %s ========\n' "${f#"$FM_SRC"/}"
 			cat "$f"
@@ -294,7 +299,8 @@ show_failure_details() {
 		done
 	fi
 	# The harness's own server serves pg_regress and isolation only.
-	if [[ -n ${SUITE_FAILED[regress]:-}${SUITE_FAILED[isolation]:-} && -s $FM_TMP/server.log ]]; then
+	if [[ -n ${SUITE_FAILED[regress]:-}${SUITE_FAILED[isolation]:-}${SUITE_FAILED[regress_row_lock]:-}${SUITE_FAILED[isolation_row_lock]:-} &&
+		-s $FM_TMP/server.log ]]; then
 		printf '\n======== tail of server.log (throwaway cluster) ========\n'
 		tail -n 40 "$FM_TMP/server.log"
 	fi
@@ -315,6 +321,19 @@ main() {
 		run_suite isolation count_regress REGRESS= TAP_TESTS=
 	else
 		fm_log "suite isolation: no test/specs/*.spec, skipped"
+	fi
+	# The same two again with consumes deciding under stripe 0's row lock,
+	# as they do without flagmeter preloaded (src/inflight.c); a test whose
+	# output differs between the two ways has a second expected file, _1.
+	if has_files "$FM_SRC/test/sql/*.sql"; then
+		PGOPTIONS="-c flagmeter.lock_free_consume=off" run_suite regress_row_lock \
+			count_regress ISOLATION= TAP_TESTS= \
+			"REGRESS_OPTS=--inputdir=test --load-extension=flagmeter --outputdir=output_row_lock"
+	fi
+	if has_files "$FM_SRC/test/specs/*.spec"; then
+		PGOPTIONS="-c flagmeter.lock_free_consume=off" run_suite isolation_row_lock \
+			count_regress REGRESS= TAP_TESTS= \
+			"ISOLATION_OPTS=--inputdir=test --load-extension=flagmeter --outputdir=output_iso_row_lock"
 	fi
 	if has_files "$FM_SRC/test/t/*.pl"; then
 		run_suite tap count_tap REGRESS= ISOLATION=

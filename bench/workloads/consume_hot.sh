@@ -49,7 +49,7 @@ EOF
 		note="zero over-grants ($note)"
 	fi
 	ratio_row consume_hot "$CLIENTS" consume_hot.fm_consume_hot consume_hot.peer_update_hot \
-		"conditional UPDATE" 1.0 "$gate" "$note"
+		"conditional UPDATE" 3.0 "$gate" "$note"
 	diag_row consume_hot "$CLIENTS" consume_hot.fm_consume_hot consume_hot.writes_consume_hot \
 		"event INSERT + conditional UPDATE" \
 		"consume's writes (the event row, then the conditional UPDATE) as plain SQL in a PL/pgSQL function; it runs at $(ratio_of consume_hot.writes_consume_hot consume_hot.peer_update_hot) x the conditional UPDATE"

@@ -205,6 +205,19 @@ LANGUAGE C VOLATILE PARALLEL SAFE;
 COMMENT ON FUNCTION flagmeter.shared_limit_cache() IS
 'the limit cache shared by all backends (flagmeter preloaded): capacity (flagmeter.shared_limits), entries, generation, limits found in it, limits read from the catalog to be shared (by track and consume) and those not stored because it was full (raise flagmeter.shared_limits when this grows), since the server started; all NULL when flagmeter is not preloaded';
 
+-- The table of consumes in flight when flagmeter is preloaded
+-- (src/inflight.c): its size, the transactions registered in it now, and
+-- how consumes decided since the server started.
+CREATE FUNCTION flagmeter.consumes_in_flight(
+	OUT capacity integer, OUT in_flight bigint, OUT lock_free bigint,
+	OUT waits bigint, OUT fell_back bigint, OUT lockers bigint,
+	OUT overflowed bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'fm_consumes_in_flight'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+COMMENT ON FUNCTION flagmeter.consumes_in_flight() IS
+'the table of consumes in flight (flagmeter preloaded): capacity (flagmeter.inflight_periods rounded up), transactions registered in it now, and since the server started: consumes decided without a row lock, their waits for a consume in flight, consumes sent to the row lock (a decider under it in flight, or no room), deciders registered under the row lock, and those that found no room (raise flagmeter.inflight_periods when this grows); all NULL when flagmeter is not preloaded';
+
 CREATE VIEW flagmeter.effective_limits AS
 SELECT t.tenant, m.meter, c.aggregation, c.quota, c.period, c.mode, c.thresholds,
        c.plan, c.anchor, c.timezone

@@ -13,6 +13,11 @@
 #   - every refusal was for more than what was left at that moment, and the
 #     quota is used up to less than the smallest refused amount (< 10);
 #   - pgbench reports no failed transaction.
+#
+# Twice: on a server without flagmeter preloaded, where every consume
+# decides under its period's stripe 0 row lock, and preloaded, where they
+# decide without it (src/inflight.c); the second round also checks that
+# they did.
 use strict;
 use warnings;
 
@@ -25,106 +30,124 @@ my $per_client = 100;
 my $transactions = $clients * $per_client;
 my $quota = 1000;
 
-my $node = PostgreSQL::Test::Cluster->new('consume_pgbench');
-$node->init;
-$node->append_conf('postgresql.conf', 'max_connections = 60');
-# 3 200 statements: keep the server log short
-$node->append_conf('postgresql.conf', 'log_statement = none');
-$node->start;
-
-$node->safe_psql(
-	'postgres', qq{
-	CREATE EXTENSION flagmeter;
-	SELECT flagmeter.define_meter('m');
-	SELECT flagmeter.define_plan('p');
-	SELECT flagmeter.set_limit('p', 'm', $quota, 'lifetime');
-	SELECT flagmeter.assign_plan('t', 'p');
-	CREATE TABLE decisions (
-		amount		bigint NOT NULL,
-		granted		boolean NOT NULL,
-		used		bigint NOT NULL,
-		remaining	bigint NOT NULL
-	);
-});
-
-$node->pgbench(
-	"--no-vacuum --client=$clients --jobs=4 --transactions=$per_client",
-	0,
-	[
-		qr{number of transactions actually processed: $transactions/$transactions},
-		qr{number of failed transactions: 0 \(0\.000%\)}
-	],
-	[qr{^$}],
-	"pgbench: $clients clients x $per_client consumes, no failed transaction",
-	{
-		'010_consume_pgbench_consume' => q{
-\set amount random(1, 10)
-INSERT INTO decisions (amount, granted, used, remaining)
-SELECT :amount, d.granted, d.used, d.remaining
-FROM flagmeter.consume('t', 'm', (:amount)::bigint) AS d;
-}
-	});
+our $node;
 
 # One value of a one-row, one-column query.
 sub query
 {
 	my ($sql) = @_;
-	return $node->safe_psql('postgres', $sql);
+	return $::node->safe_psql('postgres', $sql);
 }
 
-my $used = query("SELECT flagmeter.used(flagmeter.usage('t', 'm'))");
-my $events_sum = query(
-	"SELECT coalesce(sum(amount), 0) FROM flagmeter.events WHERE tenant = 't' AND meter = 'm'"
-);
-my $events = query(
-	"SELECT count(*) FROM flagmeter.events WHERE tenant = 't' AND meter = 'm'");
-my $logged = query("SELECT count(*) FROM decisions");
-my $granted = query("SELECT count(*) FROM decisions WHERE granted");
-my $granted_sum =
-  query("SELECT coalesce(sum(amount), 0) FROM decisions WHERE granted");
-note "used $used of $quota, $granted of $logged consumes granted";
+foreach my $mode ('row_lock', 'lock_free')
+{
+	note "consumes deciding: $mode";
+	$node = PostgreSQL::Test::Cluster->new("consume_pgbench_$mode");
+	$node->init;
+	$node->append_conf('postgresql.conf', 'max_connections = 60');
+	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'flagmeter'")
+	  if $mode eq 'lock_free';
+	# 3 200 statements: keep the server log short
+	$node->append_conf('postgresql.conf', 'log_statement = none');
+	$node->start;
 
-cmp_ok($used, '<=', $quota, 'used never exceeds the hard limit');
-cmp_ok($events_sum, '<=', $quota,
-	'the recorded events never add up past the hard limit');
-is($events_sum, $used, 'used equals the sum of the recorded events');
-cmp_ok($quota - $used, '<', 10,
-	'the quota is used up to less than the largest amount asked (remaining < 10)'
-);
-is(
-	query("SELECT remaining FROM flagmeter.check('t', 'm', 1)"),
-	$quota - $used,
-	'check reports remaining = quota - used');
+	$node->safe_psql(
+		'postgres', qq{
+		CREATE EXTENSION flagmeter;
+		SELECT flagmeter.define_meter('m');
+		SELECT flagmeter.define_plan('p');
+		SELECT flagmeter.set_limit('p', 'm', $quota, 'lifetime');
+		SELECT flagmeter.assign_plan('t', 'p');
+		CREATE TABLE decisions (
+			amount		bigint NOT NULL,
+			granted		boolean NOT NULL,
+			used		bigint NOT NULL,
+			remaining	bigint NOT NULL
+		);
+	});
 
-is($logged, $transactions, 'every transaction logged its decision');
-is($events, $granted, 'one events row per granted consume, none for a refusal');
-is($granted_sum, $used, 'used equals the sum of the granted amounts');
-cmp_ok($granted, '>=', int(($used + 9) / 10),
-	'at least used / 10 consumes were granted (each asks for at most 10)');
-cmp_ok($granted, '<=', $used,
-	'at most used consumes were granted (each asks for at least 1)');
-cmp_ok($granted, '<', $transactions,
-	'demand exceeded the quota: some consumes were refused');
+	$node->pgbench(
+		"--no-vacuum --client=$clients --jobs=4 --transactions=$per_client",
+		0,
+		[
+			qr{number of transactions actually processed: $transactions/$transactions},
+			qr{number of failed transactions: 0 \(0\.000%\)}
+		],
+		[qr{^$}],
+		"$mode: pgbench: $clients clients x $per_client consumes, no failed transaction",
+		{
+			'010_consume_pgbench_consume' => q{
+	\set amount random(1, 10)
+	INSERT INTO decisions (amount, granted, used, remaining)
+	SELECT :amount, d.granted, d.used, d.remaining
+	FROM flagmeter.consume('t', 'm', (:amount)::bigint) AS d;
+	}
+		});
 
-is( query(
-		q{SELECT count(*) FROM (
-			SELECT used, amount, lag(used, 1, 0::bigint) OVER (ORDER BY used) AS before
-			FROM decisions WHERE granted) g
-		  WHERE used - amount <> before}),
-	'0',
-	'the grants form one chain: each grant adds its amount to the previous grant\'s used'
-);
-is(query("SELECT count(*) FROM decisions WHERE used + remaining <> $quota"),
-	'0', 'every decision reports used + remaining = quota');
-is( query(
-		"SELECT count(*) FROM decisions WHERE NOT granted AND amount <= remaining"),
-	'0',
-	'every refusal was for more than what remained when it was decided');
-cmp_ok(
-	$quota - $used, '<',
-	query("SELECT min(amount) FROM decisions WHERE NOT granted"),
-	'what is left is less than the smallest refused amount');
+	my $used = query("SELECT flagmeter.used(flagmeter.usage('t', 'm'))");
+	my $events_sum = query(
+		"SELECT coalesce(sum(amount), 0) FROM flagmeter.events WHERE tenant = 't' AND meter = 'm'"
+	);
+	my $events = query(
+		"SELECT count(*) FROM flagmeter.events WHERE tenant = 't' AND meter = 'm'");
+	my $logged = query("SELECT count(*) FROM decisions");
+	my $granted = query("SELECT count(*) FROM decisions WHERE granted");
+	my $granted_sum =
+	  query("SELECT coalesce(sum(amount), 0) FROM decisions WHERE granted");
+	note "used $used of $quota, $granted of $logged consumes granted";
 
-$node->stop;
+	cmp_ok($used, '<=', $quota, 'used never exceeds the hard limit');
+	cmp_ok($events_sum, '<=', $quota,
+		'the recorded events never add up past the hard limit');
+	is($events_sum, $used, 'used equals the sum of the recorded events');
+	cmp_ok($quota - $used, '<', 10,
+		'the quota is used up to less than the largest amount asked (remaining < 10)'
+	);
+	is(
+		query("SELECT remaining FROM flagmeter.check('t', 'm', 1)"),
+		$quota - $used,
+		'check reports remaining = quota - used');
+
+	is($logged, $transactions, 'every transaction logged its decision');
+	is($events, $granted, 'one events row per granted consume, none for a refusal');
+	is($granted_sum, $used, 'used equals the sum of the granted amounts');
+	cmp_ok($granted, '>=', int(($used + 9) / 10),
+		'at least used / 10 consumes were granted (each asks for at most 10)');
+	cmp_ok($granted, '<=', $used,
+		'at most used consumes were granted (each asks for at least 1)');
+	cmp_ok($granted, '<', $transactions,
+		'demand exceeded the quota: some consumes were refused');
+
+	is( query(
+			q{SELECT count(*) FROM (
+				SELECT used, amount, lag(used, 1, 0::bigint) OVER (ORDER BY used) AS before
+				FROM decisions WHERE granted) g
+			  WHERE used - amount <> before}),
+		'0',
+		'the grants form one chain: each grant adds its amount to the previous grant\'s used'
+	);
+	is(query("SELECT count(*) FROM decisions WHERE used + remaining <> $quota"),
+		'0', 'every decision reports used + remaining = quota');
+	is( query(
+			"SELECT count(*) FROM decisions WHERE NOT granted AND amount <= remaining"),
+		'0',
+		'every refusal was for more than what remained when it was decided');
+	cmp_ok(
+		$quota - $used, '<',
+		query("SELECT min(amount) FROM decisions WHERE NOT granted"),
+		'what is left is less than the smallest refused amount');
+
+	if ($mode eq 'lock_free')
+	{
+		cmp_ok(query('SELECT lock_free FROM flagmeter.consumes_in_flight()'),
+			'>=', $transactions, 'every consume decided without the row lock');
+		is(query('SELECT fell_back FROM flagmeter.consumes_in_flight()'),
+			'0', 'none fell back to the row lock');
+		is(query('SELECT in_flight FROM flagmeter.consumes_in_flight()'),
+			'0', 'nothing is left in flight');
+	}
+
+	$node->stop;
+}
 
 done_testing();

@@ -1,0 +1,668 @@
+/*
+ * inflight.c
+ *	  Consumes in flight, in shared memory: how consumes of one hot tenant
+ *	  decide without queueing on a row lock.
+ *
+ * Without this, every consume of a period decides under its stripe 0's
+ * row lock, held through the commit flush, so a hot tenant's consumes run
+ * one commit at a time, like the plain conditional UPDATE they replace
+ * (docs/design.md, "Consume in flight").  Preloaded, a consume of one sum
+ * or count meter (consume.c's consume_one) decides here instead:
+ *
+ *	1. Under the period's partition lock (an LWLock, held for one read), it
+ *	   takes a new snapshot, reads the period's committed usage in it, and
+ *	   adds the amounts of the consumes in flight that the snapshot does not
+ *	   see as committed: their transactions are in progress in it.  A
+ *	   consume that committed just before counts once, by its rows; one that
+ *	   rolled back not at all.
+ *	2. It decides.  Granted, it records its own amount in the period's
+ *	   table entry under its transaction id, lets go of the lock, and writes
+ *	   its event and a stripe as track does.  When only consumes in flight
+ *	   stand between it and the quota, it waits for one of their
+ *	   transactions and decides again: a consume that rolls back never causes
+ *	   a refusal.
+ *	3. Its entry ends with its transaction (or subtransaction, on
+ *	   rollback), removed by the callbacks below; an entry whose transaction
+ *	   a new snapshot no longer shows in progress is removed by the next
+ *	   decider too (a prepared transaction's, after COMMIT PREPARED).
+ *
+ * So no two lock-free consumes decide on the same room: each decides under
+ * the partition lock on everything granted before it.
+ *
+ * Every other decider of a period (a consume with a key, over several
+ * meters, with credit grants or reservations, reserve, settle, track
+ * drawing grants) still decides under stripe 0's row lock, and registers
+ * here first as a "locker" (fm_inflight_before_lock): while a locker is in
+ * flight, consumes of the period take the row-lock path too, and the
+ * locker waits for the lock-free consumes already in flight before it
+ * reads.  The two ways of deciding never run on one period at once.
+ *
+ * The table is fixed: flagmeter.inflight_periods entries, spread over
+ * FM_INFLIGHT_PARTITIONS locks, each entry a period (a 64-bit hash of
+ * database, tenant, meter and period; two periods that collide share an
+ * entry, which only counts more in flight, never less) with up to
+ * FM_INFLIGHT_SLOTS transactions in flight.  When an entry or the table is
+ * full, the consume falls back to the row lock; a locker that finds no
+ * room is counted in overflow_lockers instead, and while any is in
+ * flight, no consume decides here.  No call fails for want of room.
+ *
+ * Nothing here outlives the transactions in flight: after a crash or a
+ * failover, committed usage is the rows, as without this table.
+ */
+#include "postgres.h"
+#include "fmgr.h"
+#include "funcapi.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lmgr.h"
+#include "storage/lwlock.h"
+#include "storage/procarray.h"
+#include "storage/shmem.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "counter.h"
+#include "inflight.h"
+#include "usage_rows.h"
+
+#define FM_INFLIGHT_PARTITIONS 16
+#define FM_INFLIGHT_SLOTS 64
+#define FM_INFLIGHT_PROBES 8
+
+/* A transaction in flight on a period. */
+typedef struct InflightSlot
+{
+	TransactionId xid;			/* the (sub)transaction that registered */
+	bool		locker;			/* decides under stripe 0's lock */
+	int64		amount;			/* a lock-free consume's amount */
+} InflightSlot;
+
+typedef struct InflightEntry
+{
+	uint64		key;			/* 0: free */
+
+	/*
+	 * The latest transaction of a lock-free consume of the period: a
+	 * REPEATABLE READ locker whose snapshot may miss it fails (40001).  Kept
+	 * until every snapshot sees it as ended.
+	 */
+	TransactionId max_xid;
+	int			nslots;
+	InflightSlot slots[FM_INFLIGHT_SLOTS];
+} InflightEntry;
+
+typedef struct InflightState
+{
+	LWLockPadded *locks;		/* one per partition */
+	int			nentries;		/* a multiple of FM_INFLIGHT_PARTITIONS */
+	pg_atomic_uint32 overflow_lockers;	/* lockers in flight without an
+										 * entry */
+	/* since the server started, for consumes_in_flight() */
+	pg_atomic_uint64 lock_free;	/* consumes decided here */
+	pg_atomic_uint64 waits;		/* waits for a consume in flight */
+	pg_atomic_uint64 fell_back;	/* consumes sent to the row lock */
+	pg_atomic_uint64 lockers;	/* deciders registered as lockers */
+	pg_atomic_uint64 overflowed;	/* lockers that found no room */
+	InflightEntry entries[FLEXIBLE_ARRAY_MEMBER];
+} InflightState;
+
+/* What this transaction registered, to take out when it ends. */
+typedef struct InflightRegistration
+{
+	int			index;			/* of its entry; -1: an overflow locker */
+	uint64		key;
+	TransactionId xid;
+	SubTransactionId subid;
+	bool		reservation;	/* a lock-free consume's, not a locker's */
+} InflightRegistration;
+
+/* flagmeter.inflight_periods: entries of the table (0: none) */
+static int	inflight_periods = 1024;
+
+/* flagmeter.lock_free_consume */
+static bool lock_free_consume = true;
+
+static InflightState *state = NULL;
+
+static InflightRegistration *registrations = NULL;
+static int	nregistrations = 0;
+static int	maxregistrations = 0;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static int
+table_entries(void)
+{
+	return (inflight_periods + FM_INFLIGHT_PARTITIONS - 1) /
+		FM_INFLIGHT_PARTITIONS * FM_INFLIGHT_PARTITIONS;
+}
+
+static Size
+table_size(void)
+{
+	return add_size(offsetof(InflightState, entries),
+					mul_size(table_entries(), sizeof(InflightEntry)));
+}
+
+static void
+inflight_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(table_size());
+	RequestNamedLWLockTranche("flagmeter_inflight", FM_INFLIGHT_PARTITIONS);
+}
+
+static void
+inflight_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	state = ShmemInitStruct("flagmeter consumes in flight", table_size(), &found);
+	if (!found)
+	{
+		memset(state, 0, table_size());
+		state->locks = GetNamedLWLockTranche("flagmeter_inflight");
+		state->nentries = table_entries();
+		pg_atomic_init_u32(&state->overflow_lockers, 0);
+		pg_atomic_init_u64(&state->lock_free, 0);
+		pg_atomic_init_u64(&state->waits, 0);
+		pg_atomic_init_u64(&state->fell_back, 0);
+		pg_atomic_init_u64(&state->lockers, 0);
+		pg_atomic_init_u64(&state->overflowed, 0);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+static uint64
+period_key(const char *tenant, const char *meter, TimestampTz period_start)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) tenant, strlen(tenant),
+										MyDatabaseId);
+
+	h = hash_combine64(h, hash_bytes_extended((const unsigned char *) meter,
+											  strlen(meter), 0));
+	h = hash_combine64(h, hash_bytes_extended((const unsigned char *) &period_start,
+											  sizeof(period_start), 0));
+	return h == 0 ? 1 : h;
+}
+
+static LWLock *
+partition_lock(uint64 key)
+{
+	return &state->locks[key % FM_INFLIGHT_PARTITIONS].lock;
+}
+
+/* Unused, and no snapshot can miss the lock-free consumes it saw. */
+static bool
+evictable(const InflightEntry *e)
+{
+	return e->nslots == 0 &&
+		(!TransactionIdIsValid(e->max_xid) ||
+		 GlobalVisCheckRemovableXid(NULL, e->max_xid));
+}
+
+/*
+ * The index of key's entry, made (over a free or evictable one) when
+ * create; -1 when there is none.  Under key's partition lock.  An entry of
+ * partition p sits at an index i with i % FM_INFLIGHT_PARTITIONS == p.
+ */
+static int
+find_entry(uint64 key, bool create)
+{
+	int			per_partition = state->nentries / FM_INFLIGHT_PARTITIONS;
+	int			partition = key % FM_INFLIGHT_PARTITIONS;
+	int			base = (key / FM_INFLIGHT_PARTITIONS) % per_partition;
+	int			room = -1;
+	int			k;
+
+	for (k = 0; k < Min(FM_INFLIGHT_PROBES, per_partition); k++)
+	{
+		int			i = partition + FM_INFLIGHT_PARTITIONS * ((base + k) % per_partition);
+		InflightEntry *e = &state->entries[i];
+
+		if (e->key == key)
+			return i;
+		if (room < 0 && (e->key == 0 || evictable(e)))
+			room = i;
+	}
+	if (!create || room < 0)
+		return -1;
+	state->entries[room].key = key;
+	state->entries[room].max_xid = InvalidTransactionId;
+	state->entries[room].nslots = 0;
+	return room;
+}
+
+static void
+remove_slot(InflightEntry *e, int s)
+{
+	e->slots[s] = e->slots[--e->nslots];
+	if (e->nslots == 0 && !TransactionIdIsValid(e->max_xid))
+		e->key = 0;
+}
+
+/*
+ * What the entry holds for a decider in snapshot: slots of transactions
+ * the snapshot no longer shows in progress are removed (they ended before
+ * it: committed ones are in the rows it reads, rolled-back ones nowhere),
+ * this transaction's own are skipped (its rows are visible to it).  Of the
+ * others, the lock-free consumes' amounts go into *in_flight as events
+ * (when not NULL) and their transactions into xids[] (*nxids); returns
+ * whether a locker is among them.
+ */
+static bool
+scan_slots(InflightEntry *e, Snapshot snapshot, TimestampTz now, FmCounter *in_flight,
+		   TransactionId *xids, int *nxids)
+{
+	bool		locker = false;
+	int			s = 0;
+
+	*nxids = 0;
+	while (s < e->nslots)
+	{
+		InflightSlot *slot = &e->slots[s];
+
+		if (TransactionIdIsCurrentTransactionId(slot->xid))
+			s++;
+		else if (!XidInMVCCSnapshot(slot->xid, snapshot))
+			remove_slot(e, s);
+		else
+		{
+			if (slot->locker)
+				locker = true;
+			else
+			{
+				if (in_flight)
+					fm_counter_report(fm_counter_add_event(in_flight, slot->amount, now));
+				xids[(*nxids)++] = slot->xid;
+			}
+			s++;
+		}
+	}
+	return locker;
+}
+
+static void
+add_registration(int index, uint64 key, TransactionId xid, bool reservation)
+{
+	if (nregistrations == maxregistrations)
+	{
+		maxregistrations = Max(8, maxregistrations * 2);
+		registrations = registrations == NULL ?
+			MemoryContextAlloc(TopMemoryContext,
+							   sizeof(InflightRegistration) * maxregistrations) :
+			repalloc(registrations, sizeof(InflightRegistration) * maxregistrations);
+	}
+	registrations[nregistrations].index = index;
+	registrations[nregistrations].key = key;
+	registrations[nregistrations].xid = xid;
+	registrations[nregistrations].subid = GetCurrentSubTransactionId();
+	registrations[nregistrations].reservation = reservation;
+	nregistrations++;
+}
+
+/*
+ * Whether this transaction has lock-free consumes in flight, which another
+ * transaction may be waiting for: then it must not wait itself.  (Waiting
+ * while registered as a locker is what the row lock made others do
+ * anyway.)
+ */
+static bool
+holds_reservations(void)
+{
+	int			i;
+
+	for (i = 0; i < nregistrations; i++)
+		if (registrations[i].reservation)
+			return true;
+	return false;
+}
+
+/* A slot in the entry (under its lock); false when it is full. */
+static bool
+add_slot(InflightEntry *e, TransactionId xid, bool locker, int64 amount)
+{
+	if (e->nslots == FM_INFLIGHT_SLOTS)
+		return false;
+	e->slots[e->nslots].xid = xid;
+	e->slots[e->nslots].locker = locker;
+	e->slots[e->nslots].amount = amount;
+	e->nslots++;
+	return true;
+}
+
+/* Take out registration r's slots (or its overflow count). */
+static void
+end_registration(const InflightRegistration *r)
+{
+	LWLock	   *lock;
+	InflightEntry *e;
+	int			s;
+
+	if (r->index < 0)
+	{
+		pg_atomic_fetch_sub_u32(&state->overflow_lockers, 1);
+		return;
+	}
+	lock = partition_lock(r->key);
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	e = &state->entries[r->index];
+	if (e->key == r->key)
+	{
+		s = 0;
+		while (s < e->nslots)
+		{
+			if (e->slots[s].xid == r->xid)
+				remove_slot(e, s);
+			else
+				s++;
+		}
+	}
+	LWLockRelease(lock);
+}
+
+static void
+inflight_xact_callback(XactEvent event, void *arg)
+{
+	int			i;
+
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			/* after the commit is visible: its rows count from now on */
+			for (i = 0; i < nregistrations; i++)
+				end_registration(&registrations[i]);
+			nregistrations = 0;
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			for (i = 0; i < nregistrations; i++)
+				if (registrations[i].index < 0)
+					ereport(ERROR,
+							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+							 errmsg("cannot PREPARE a transaction that consumed while flagmeter's table of consumes in flight was full"),
+							 errhint("Raise flagmeter.inflight_periods.")));
+			break;
+		case XACT_EVENT_PREPARE:
+
+			/*
+			 * The prepared transaction stays in progress: its slots stay, and
+			 * deciders remove them once it has ended.
+			 */
+			nregistrations = 0;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+inflight_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						  SubTransactionId parentSubid, void *arg)
+{
+	int			i,
+				kept = 0;
+
+	switch (event)
+	{
+		case SUBXACT_EVENT_ABORT_SUB:
+			for (i = 0; i < nregistrations; i++)
+			{
+				if (registrations[i].subid >= mySubid)
+					end_registration(&registrations[i]);
+				else
+					registrations[kept++] = registrations[i];
+			}
+			nregistrations = kept;
+			break;
+		case SUBXACT_EVENT_COMMIT_SUB:
+			for (i = 0; i < nregistrations; i++)
+				if (registrations[i].subid >= mySubid)
+					registrations[i].subid = parentSubid;
+			break;
+		default:
+			break;
+	}
+}
+
+void
+fm_inflight_init(void)
+{
+	DefineCustomBoolVariable("flagmeter.lock_free_consume",
+							 gettext_noop("Whether a consume of one meter may decide without stripe 0's row lock."),
+							 gettext_noop("Only when flagmeter is preloaded with flagmeter.inflight_periods > 0."),
+							 &lock_free_consume,
+							 true,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	DefineCustomIntVariable("flagmeter.inflight_periods",
+							gettext_noop("Periods the table of consumes in flight holds at once (0: none)."),
+							gettext_noop("Only when flagmeter is in shared_preload_libraries; "
+										 "an entry takes about 1 kB of shared memory."),
+							&inflight_periods,
+							1024, 0, 1000000,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+	if (inflight_periods == 0)
+		return;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = inflight_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = inflight_startup;
+	RegisterXactCallback(inflight_xact_callback, NULL);
+	RegisterSubXactCallback(inflight_subxact_callback, NULL);
+}
+
+bool
+fm_inflight_consume_enabled(void)
+{
+	return state != NULL && lock_free_consume && !IsolationUsesXactSnapshot() &&
+		!XactReadOnly;
+}
+
+FmInflightOutcome
+fm_inflight_consume(const char *tenant, const char *meter, TimestampTz period_start,
+					TimestampTz period_end, const FmLimit *limit, int64 amount,
+					TimestampTz now, FmDecision *decision, FmCounter *after)
+{
+	uint64		key = period_key(tenant, meter, period_start);
+	LWLock	   *lock = partition_lock(key);
+	TransactionId xid = GetCurrentTransactionId();
+	bool		bounded = limit->limited && limit->hard;
+	TransactionId xids[FM_INFLIGHT_SLOTS];
+	int			nxids;
+
+	for (;;)
+	{
+		Snapshot	snapshot;
+		FmCounter	committed;
+		FmCounter	counted;
+		int			index;
+		InflightEntry *e;
+
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		index = pg_atomic_read_u32(&state->overflow_lockers) > 0 ? -1 :
+			find_entry(key, true);
+		if (index < 0)
+		{
+			LWLockRelease(lock);
+			pg_atomic_fetch_add_u64(&state->fell_back, 1);
+			return FM_INFLIGHT_FALL_BACK;
+		}
+		e = &state->entries[index];
+
+		/* taken under the lock: no consume counted in it ends before it */
+		snapshot = RegisterSnapshot(GetLatestSnapshot());
+		counted = fm_empty_counter();
+		if (scan_slots(e, snapshot, now, &counted, xids, &nxids) ||
+			e->nslots == FM_INFLIGHT_SLOTS)
+		{
+			if (e->nslots == 0 && !TransactionIdIsValid(e->max_xid))
+				e->key = 0;
+			UnregisterSnapshot(snapshot);
+			LWLockRelease(lock);
+			pg_atomic_fetch_add_u64(&state->fell_back, 1);
+			return FM_INFLIGHT_FALL_BACK;
+		}
+		committed = fm_scan_period(tenant, meter, period_start, snapshot);
+		UnregisterSnapshot(snapshot);
+		fm_counter_report(fm_counter_merge(&counted, &committed));
+
+		fm_decide(limit, &committed, amount, now, period_end, true, decision, after);
+		if (decision->granted)
+			fm_decide(limit, &counted, amount, now, period_end, true, decision, after);
+		else
+			nxids = 0;			/* refused on what has committed */
+		if (decision->granted)
+		{
+			if (bounded)
+			{
+				add_slot(e, xid, false, amount);
+				if (!TransactionIdIsValid(e->max_xid) ||
+					TransactionIdFollows(xid, e->max_xid))
+					e->max_xid = xid;
+			}
+			else if (e->nslots == 0 && !TransactionIdIsValid(e->max_xid))
+				e->key = 0;
+			LWLockRelease(lock);
+			if (bounded)
+				add_registration(index, key, xid, true);
+			pg_atomic_fetch_add_u64(&state->lock_free, 1);
+			return FM_INFLIGHT_GRANTED;
+		}
+		if (e->nslots == 0 && !TransactionIdIsValid(e->max_xid))
+			e->key = 0;
+		LWLockRelease(lock);
+
+		/*
+		 * Refused on what has committed, or with consumes in flight this
+		 * transaction might be waited for by: final.  Else wait for the
+		 * first in flight to end, and decide again.
+		 */
+		if (nxids == 0 || holds_reservations())
+		{
+			pg_atomic_fetch_add_u64(&state->lock_free, 1);
+			return FM_INFLIGHT_REFUSED;
+		}
+		pg_atomic_fetch_add_u64(&state->waits, 1);
+		XactLockTableWait(xids[0], NULL, NULL, XLTW_None);
+	}
+}
+
+void
+fm_inflight_before_lock(const char *tenant, const char *meter, TimestampTz period_start,
+						TimestampTz now, FmCounter *in_flight)
+{
+	uint64		key;
+	LWLock	   *lock;
+	TransactionId xid;
+	TransactionId xids[FM_INFLIGHT_SLOTS];
+	Snapshot	xact_snapshot = NULL;
+	bool		holder = holds_reservations();
+	int			nxids = 0;
+	int			index;
+	int			i;
+
+	if (state == NULL)
+		return;
+	key = period_key(tenant, meter, period_start);
+	lock = partition_lock(key);
+	xid = GetCurrentTransactionId();
+	if (IsolationUsesXactSnapshot())
+		xact_snapshot = GetTransactionSnapshot();
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	index = find_entry(key, true);
+	if (index >= 0)
+	{
+		InflightEntry *e = &state->entries[index];
+		Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+
+		scan_slots(e, snapshot, now, holder ? in_flight : NULL, xids, &nxids);
+		UnregisterSnapshot(snapshot);
+		if (xact_snapshot && TransactionIdIsValid(e->max_xid) &&
+			!TransactionIdIsCurrentTransactionId(e->max_xid) &&
+			XidInMVCCSnapshot(e->max_xid, xact_snapshot))
+		{
+			LWLockRelease(lock);
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to a concurrent consume"),
+					 errdetail("A consume of tenant \"%s\" meter \"%s\" decided without a row lock after this transaction's snapshot.",
+							   tenant, meter)));
+		}
+		if (!add_slot(e, xid, true, 0))
+			index = -1;
+	}
+	if (index < 0)
+	{
+		pg_atomic_fetch_add_u32(&state->overflow_lockers, 1);
+		pg_atomic_fetch_add_u64(&state->overflowed, 1);
+	}
+	LWLockRelease(lock);
+	pg_atomic_fetch_add_u64(&state->lockers, 1);
+	add_registration(index, key, xid, false);
+
+	/* lock-free consumes in flight end before this reads (see the header) */
+	if (!(holder && in_flight))
+		for (i = 0; i < nxids; i++)
+			XactLockTableWait(xids[i], NULL, NULL, XLTW_None);
+}
+
+/*
+ * consumes_in_flight() -> (capacity, in_flight, lock_free, waits,
+ * fell_back, lockers, overflowed): the table of consumes in flight, all
+ * NULL when flagmeter is not preloaded with one.  in_flight counts the
+ * transactions registered now; the rest count since the server started.
+ */
+PG_FUNCTION_INFO_V1(fm_consumes_in_flight);
+Datum
+fm_consumes_in_flight(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[7];
+	bool		nulls[7] = {true, true, true, true, true, true, true};
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "consumes_in_flight must return a composite type");
+	if (state)
+	{
+		int64		in_flight = pg_atomic_read_u32(&state->overflow_lockers);
+		int			p,
+					i;
+
+		for (p = 0; p < FM_INFLIGHT_PARTITIONS; p++)
+		{
+			LWLockAcquire(&state->locks[p].lock, LW_SHARED);
+			for (i = p; i < state->nentries; i += FM_INFLIGHT_PARTITIONS)
+				if (state->entries[i].key != 0)
+					in_flight += state->entries[i].nslots;
+			LWLockRelease(&state->locks[p].lock);
+		}
+		values[0] = Int32GetDatum(state->nentries);
+		values[1] = Int64GetDatum(in_flight);
+		values[2] = Int64GetDatum((int64) pg_atomic_read_u64(&state->lock_free));
+		values[3] = Int64GetDatum((int64) pg_atomic_read_u64(&state->waits));
+		values[4] = Int64GetDatum((int64) pg_atomic_read_u64(&state->fell_back));
+		values[5] = Int64GetDatum((int64) pg_atomic_read_u64(&state->lockers));
+		values[6] = Int64GetDatum((int64) pg_atomic_read_u64(&state->overflowed));
+		memset(nulls, 0, sizeof(nulls));
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+}
