@@ -56,6 +56,7 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "common/hashfn.h"
+#include "common/int.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
@@ -314,6 +315,34 @@ add_registration(int index, uint64 key, TransactionId xid, bool reservation)
 }
 
 /*
+ * Whether the entry has a locker slot of this transaction that lives as long
+ * as the current subtransaction at least: its own, a parent's, or a
+ * committed child's (whose registration now belongs to this one).
+ */
+static bool
+has_locker_slot(const InflightEntry *e)
+{
+	int			s;
+
+	for (s = 0; s < e->nslots; s++)
+		if (e->slots[s].locker && TransactionIdIsCurrentTransactionId(e->slots[s].xid))
+			return true;
+	return false;
+}
+
+/* Whether this transaction is counted in overflow_lockers already. */
+static bool
+has_overflow_registration(void)
+{
+	int			i;
+
+	for (i = 0; i < nregistrations; i++)
+		if (registrations[i].index < 0)
+			return true;
+	return false;
+}
+
+/*
  * Whether this transaction has lock-free consumes in flight, which another
  * transaction may be waiting for: then it must not wait itself.  (Waiting
  * while registered as a locker is what the row lock made others do
@@ -330,10 +359,21 @@ holds_reservations(void)
 	return false;
 }
 
-/* A slot in the entry (under its lock); false when it is full. */
+/*
+ * A slot in the entry (under its lock); false when it is full.  A
+ * (sub)transaction keeps one reservation slot per period, its amounts
+ * added up, so that many consumes in one transaction do not fill the
+ * entry.
+ */
 static bool
 add_slot(InflightEntry *e, TransactionId xid, bool locker, int64 amount)
 {
+	int			s;
+
+	for (s = 0; s < e->nslots && !locker; s++)
+		if (e->slots[s].xid == xid && !e->slots[s].locker &&
+			!pg_add_s64_overflow(e->slots[s].amount, amount, &e->slots[s].amount))
+			return true;
 	if (e->nslots == FM_INFLIGHT_SLOTS)
 		return false;
 	e->slots[e->nslots].xid = xid;
@@ -575,6 +615,7 @@ fm_inflight_before_lock(const char *tenant, const char *meter, TimestampTz perio
 	TransactionId xids[FM_INFLIGHT_SLOTS];
 	Snapshot	xact_snapshot = NULL;
 	bool		holder = holds_reservations();
+	bool		registered = false;
 	int			nxids = 0;
 	int			index;
 	int			i;
@@ -607,17 +648,24 @@ fm_inflight_before_lock(const char *tenant, const char *meter, TimestampTz perio
 					 errdetail("A consume of tenant \"%s\" meter \"%s\" decided without a row lock after this transaction's snapshot.",
 							   tenant, meter)));
 		}
-		if (!add_slot(e, xid, true, 0))
+		if (has_locker_slot(e))
+			registered = true;
+		else if (!add_slot(e, xid, true, 0))
 			index = -1;
 	}
-	if (index < 0)
+	if (index < 0 && has_overflow_registration())
+		registered = true;
+	else if (index < 0)
 	{
 		pg_atomic_fetch_add_u32(&state->overflow_lockers, 1);
 		pg_atomic_fetch_add_u64(&state->overflowed, 1);
 	}
 	LWLockRelease(lock);
-	pg_atomic_fetch_add_u64(&state->lockers, 1);
-	add_registration(index, key, xid, false);
+	if (!registered)
+	{
+		pg_atomic_fetch_add_u64(&state->lockers, 1);
+		add_registration(index, key, xid, false);
+	}
 
 	/* lock-free consumes in flight end before this reads (see the header) */
 	if (!(holder && in_flight))
