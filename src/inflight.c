@@ -523,7 +523,7 @@ fm_inflight_consume(const char *tenant, const char *meter, TimestampTz period_st
 {
 	uint64		key = period_key(tenant, meter, period_start);
 	LWLock	   *lock = partition_lock(key);
-	TransactionId xid = GetCurrentTransactionId();
+	TransactionId xid;
 	bool		bounded = limit->limited && limit->hard;
 	TransactionId xids[FM_INFLIGHT_SLOTS];
 	int			nxids;
@@ -573,6 +573,12 @@ fm_inflight_consume(const char *tenant, const char *meter, TimestampTz period_st
 		{
 			if (bounded)
 			{
+				/*
+				 * Only now: a refusal writes nothing, and commits without a
+				 * transaction id or a flush.  Assigned before the lock is let
+				 * go, so the next decider's snapshot shows it in progress.
+				 */
+				xid = GetCurrentTransactionId();
 				add_slot(e, xid, false, amount);
 				if (!TransactionIdIsValid(e->max_xid) ||
 					TransactionIdFollows(xid, e->max_xid))
