@@ -9,12 +9,20 @@
  * (docs/design.md, "Consume in flight").  Preloaded, a consume of one sum
  * or count meter (consume.c's consume_one) decides here instead:
  *
- *	1. Under the period's partition lock (an LWLock, held for one read), it
- *	   takes a new snapshot, reads the period's committed usage in it, and
- *	   adds the amounts of the consumes in flight that the snapshot does not
- *	   see as committed: their transactions are in progress in it.  A
- *	   consume that committed just before counts once, by its rows; one that
- *	   rolled back not at all.
+ *	1. Under the period's partition lock (an LWLock) it takes a new
+ *	   snapshot, and removes the entries of consumes that ended before it.
+ *	   It lets go and reads the period's committed usage in that snapshot
+ *	   (read under the lock, the read was where a hot tenant's consumes
+ *	   queued), then takes the lock again and adds the consumes of other
+ *	   transactions in flight now (none of them is in what the snapshot
+ *	   shows: those that ended before it were removed, the rest registered
+ *	   after it) and those that ended since the snapshot and committed
+ *	   (each entry remembers the last FM_INFLIGHT_ENDED).  A consume that
+ *	   committed just before counts once, by its rows; one that rolled back
+ *	   not at all.  When more ended than the entry remembers, or a decider
+ *	   under the row lock came and went in between (what it wrote only the
+ *	   rows know), it reads the period again under the lock, in a snapshot
+ *	   taken there.
  *	2. It decides.  Granted, it records its own amount in the period's
  *	   table entry under its transaction id, lets go of the lock, and writes
  *	   its event and a stripe as track does.  When only consumes in flight
@@ -27,7 +35,7 @@
  *	   decider too (a prepared transaction's, after COMMIT PREPARED).
  *
  * So no two lock-free consumes decide on the same room: each decides under
- * the partition lock on everything granted before it.
+ * the partition lock on everything granted before it, committed or not.
  *
  * Every other decider of a period (a consume with a key, over several
  * meters, with credit grants or reservations, reserve, settle, track
@@ -54,6 +62,7 @@
 #include "funcapi.h"
 
 #include "access/htup_details.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "common/hashfn.h"
 #include "common/int.h"
@@ -75,6 +84,7 @@
 #define FM_INFLIGHT_PARTITIONS 16
 #define FM_INFLIGHT_SLOTS 64
 #define FM_INFLIGHT_PROBES 8
+#define FM_INFLIGHT_ENDED 32
 
 /* A transaction in flight on a period. */
 typedef struct InflightSlot
@@ -84,9 +94,17 @@ typedef struct InflightSlot
 	int64		amount;			/* a lock-free consume's amount */
 } InflightSlot;
 
+/* A lock-free consume whose slot was taken out (its transaction ended). */
+typedef struct InflightEnded
+{
+	TransactionId xid;
+	int64		amount;
+} InflightEnded;
+
 typedef struct InflightEntry
 {
 	uint64		key;			/* 0: free */
+	uint64		incarnation;	/* bumped whenever the entry is (re)made */
 
 	/*
 	 * The latest transaction of a lock-free consume of the period: a
@@ -96,6 +114,15 @@ typedef struct InflightEntry
 	TransactionId max_xid;
 	int			nslots;
 	InflightSlot slots[FM_INFLIGHT_SLOTS];
+
+	/*
+	 * The last FM_INFLIGHT_ENDED lock-free consumes taken out, the n-th at
+	 * ended[n % FM_INFLIGHT_ENDED]: a consume that read the period outside
+	 * the lock counts those that committed after its snapshot.
+	 */
+	uint64		nended;
+	InflightEnded ended[FM_INFLIGHT_ENDED];
+	uint64		lockers_ended;	/* locker slots taken out, ever */
 } InflightEntry;
 
 typedef struct InflightState
@@ -104,6 +131,7 @@ typedef struct InflightState
 	int			nentries;		/* a multiple of FM_INFLIGHT_PARTITIONS */
 	pg_atomic_uint32 overflow_lockers;	/* lockers in flight without an
 										 * entry */
+	pg_atomic_uint64 overflow_started;	/* such lockers, ever */
 	/* since the server started, for consumes_in_flight() */
 	pg_atomic_uint64 lock_free;	/* consumes decided here */
 	pg_atomic_uint64 waits;		/* waits for a consume in flight */
@@ -177,6 +205,7 @@ inflight_startup(void)
 		state->locks = GetNamedLWLockTranche("flagmeter_inflight");
 		state->nentries = table_entries();
 		pg_atomic_init_u32(&state->overflow_lockers, 0);
+		pg_atomic_init_u64(&state->overflow_started, 0);
 		pg_atomic_init_u64(&state->lock_free, 0);
 		pg_atomic_init_u64(&state->waits, 0);
 		pg_atomic_init_u64(&state->fell_back, 0);
@@ -241,14 +270,26 @@ find_entry(uint64 key, bool create)
 	if (!create || room < 0)
 		return -1;
 	state->entries[room].key = key;
+	state->entries[room].incarnation++;
 	state->entries[room].max_xid = InvalidTransactionId;
 	state->entries[room].nslots = 0;
+	state->entries[room].nended = 0;
+	state->entries[room].lockers_ended = 0;
 	return room;
 }
 
 static void
 remove_slot(InflightEntry *e, int s)
 {
+	if (!e->slots[s].locker)
+	{
+		InflightEnded *ended = &e->ended[e->nended++ % FM_INFLIGHT_ENDED];
+
+		ended->xid = e->slots[s].xid;
+		ended->amount = e->slots[s].amount;
+	}
+	else
+		e->lockers_ended++;
 	e->slots[s] = e->slots[--e->nslots];
 	if (e->nslots == 0 && !TransactionIdIsValid(e->max_xid))
 		e->key = 0;
@@ -291,6 +332,49 @@ scan_slots(InflightEntry *e, Snapshot snapshot, TimestampTz now, FmCounter *in_f
 			}
 			s++;
 		}
+	}
+	return locker;
+}
+
+/*
+ * The second look of a lock-free consume that read the period outside the
+ * lock in snapshot (taken under it, when the entry had ended nended
+ * consumes): every slot of another transaction counts, none of them can
+ * be in what the snapshot showed (the first look removed those that
+ * ended before it, and the others registered after it), and of the
+ * consumes taken out since, those that committed after the snapshot.
+ * Amounts go into *in_flight, the slots' transactions into xids[];
+ * returns whether a locker is among them.
+ */
+static bool
+count_in_flight(const InflightEntry *e, Snapshot snapshot, uint64 nended,
+				TimestampTz now, FmCounter *in_flight, TransactionId *xids, int *nxids)
+{
+	bool		locker = false;
+	uint64		n;
+	int			s;
+
+	*nxids = 0;
+	for (s = 0; s < e->nslots; s++)
+	{
+		const InflightSlot *slot = &e->slots[s];
+
+		if (TransactionIdIsCurrentTransactionId(slot->xid))
+			continue;
+		if (slot->locker)
+			locker = true;
+		else
+		{
+			fm_counter_report(fm_counter_add_event(in_flight, slot->amount, now));
+			xids[(*nxids)++] = slot->xid;
+		}
+	}
+	for (n = nended; n < e->nended; n++)
+	{
+		const InflightEnded *ended = &e->ended[n % FM_INFLIGHT_ENDED];
+
+		if (XidInMVCCSnapshot(ended->xid, snapshot) && TransactionIdDidCommit(ended->xid))
+			fm_counter_report(fm_counter_add_event(in_flight, ended->amount, now));
 	}
 	return locker;
 }
@@ -516,6 +600,19 @@ fm_inflight_consume_enabled(void)
 		!XactReadOnly;
 }
 
+/* Let go of the lock (and of e when unused) and send the consume to the row lock. */
+static FmInflightOutcome
+fall_back(LWLock *lock, InflightEntry *e, Snapshot snapshot)
+{
+	if (e && e->nslots == 0 && !TransactionIdIsValid(e->max_xid))
+		e->key = 0;
+	if (snapshot)
+		UnregisterSnapshot(snapshot);
+	LWLockRelease(lock);
+	pg_atomic_fetch_add_u64(&state->fell_back, 1);
+	return FM_INFLIGHT_FALL_BACK;
+}
+
 FmInflightOutcome
 fm_inflight_consume(const char *tenant, const char *meter, TimestampTz period_start,
 					TimestampTz period_end, const FmLimit *limit, int64 amount,
@@ -533,34 +630,68 @@ fm_inflight_consume(const char *tenant, const char *meter, TimestampTz period_st
 		Snapshot	snapshot;
 		FmCounter	committed;
 		FmCounter	counted;
+		uint64		incarnation;
+		uint64		nended;
+		uint64		lockers_ended;
+		uint64		overflow_started;
 		int			index;
 		InflightEntry *e;
 
+		/*
+		 * First look, under the lock: the snapshot, taken there, and the
+		 * slots of consumes that ended before it removed.  The period is
+		 * read in it with the lock let go (the read was half of the time
+		 * the lock was held, and consumes of a hot tenant queued for it).
+		 */
 		LWLockAcquire(lock, LW_EXCLUSIVE);
 		index = pg_atomic_read_u32(&state->overflow_lockers) > 0 ? -1 :
 			find_entry(key, true);
 		if (index < 0)
-		{
-			LWLockRelease(lock);
-			pg_atomic_fetch_add_u64(&state->fell_back, 1);
-			return FM_INFLIGHT_FALL_BACK;
-		}
+			return fall_back(lock, NULL, NULL);
 		e = &state->entries[index];
-
-		/* taken under the lock: no consume counted in it ends before it */
 		snapshot = RegisterSnapshot(GetLatestSnapshot());
-		counted = fm_empty_counter();
-		if (scan_slots(e, snapshot, now, &counted, xids, &nxids) ||
+		if (scan_slots(e, snapshot, now, NULL, xids, &nxids) ||
 			e->nslots == FM_INFLIGHT_SLOTS)
-		{
-			if (e->nslots == 0 && !TransactionIdIsValid(e->max_xid))
-				e->key = 0;
-			UnregisterSnapshot(snapshot);
-			LWLockRelease(lock);
-			pg_atomic_fetch_add_u64(&state->fell_back, 1);
-			return FM_INFLIGHT_FALL_BACK;
-		}
+			return fall_back(lock, e, snapshot);
+		incarnation = e->incarnation;
+		nended = e->nended;
+		lockers_ended = e->lockers_ended;
+		overflow_started = pg_atomic_read_u64(&state->overflow_started);
+		LWLockRelease(lock);
+
 		committed = fm_scan_period(tenant, meter, period_start, snapshot);
+
+		/*
+		 * Second look: what is in flight now, and what committed since the
+		 * snapshot.  When the entry was remade, more consumes ended than it
+		 * remembers, or a decider under the row lock came and went (what it
+		 * wrote is known only to the rows), the period is read again in a
+		 * snapshot taken now, under the lock.
+		 */
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		if (pg_atomic_read_u32(&state->overflow_lockers) > 0)
+			return fall_back(lock, NULL, snapshot);
+		e = &state->entries[index];
+		counted = fm_empty_counter();
+		if (e->key != key || e->incarnation != incarnation ||
+			e->nended - nended > FM_INFLIGHT_ENDED ||
+			e->lockers_ended != lockers_ended ||
+			pg_atomic_read_u64(&state->overflow_started) != overflow_started)
+		{
+			UnregisterSnapshot(snapshot);
+			index = find_entry(key, true);
+			if (index < 0)
+				return fall_back(lock, NULL, NULL);
+			e = &state->entries[index];
+			snapshot = RegisterSnapshot(GetLatestSnapshot());
+			if (scan_slots(e, snapshot, now, &counted, xids, &nxids) ||
+				e->nslots == FM_INFLIGHT_SLOTS)
+				return fall_back(lock, e, snapshot);
+			committed = fm_scan_period(tenant, meter, period_start, snapshot);
+		}
+		else if (count_in_flight(e, snapshot, nended, now, &counted, xids, &nxids) ||
+				 e->nslots == FM_INFLIGHT_SLOTS)
+			return fall_back(lock, e, snapshot);
 		UnregisterSnapshot(snapshot);
 		fm_counter_report(fm_counter_merge(&counted, &committed));
 
@@ -664,6 +795,7 @@ fm_inflight_before_lock(const char *tenant, const char *meter, TimestampTz perio
 	else if (index < 0)
 	{
 		pg_atomic_fetch_add_u32(&state->overflow_lockers, 1);
+		pg_atomic_fetch_add_u64(&state->overflow_started, 1);
 		pg_atomic_fetch_add_u64(&state->overflowed, 1);
 	}
 	LWLockRelease(lock);
