@@ -578,7 +578,7 @@ fm_inflight_init(void)
 	DefineCustomIntVariable("flagmeter.inflight_periods",
 							gettext_noop("Periods the table of consumes in flight holds at once (0: none)."),
 							gettext_noop("Only when flagmeter is in shared_preload_libraries; "
-										 "an entry takes about 1 kB of shared memory."),
+										 "an entry takes about 1.6 kB of shared memory."),
 							&inflight_periods,
 							1024, 0, 1000000,
 							PGC_POSTMASTER, 0,
