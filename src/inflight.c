@@ -278,6 +278,14 @@ find_entry(uint64 key, bool create)
 	return room;
 }
 
+/* An entry with nothing in flight and no lock-free consume to remember is free. */
+static void
+free_if_unused(InflightEntry *e)
+{
+	if (e->nslots == 0 && !TransactionIdIsValid(e->max_xid))
+		e->key = 0;
+}
+
 static void
 remove_slot(InflightEntry *e, int s)
 {
@@ -291,8 +299,7 @@ remove_slot(InflightEntry *e, int s)
 	else
 		e->lockers_ended++;
 	e->slots[s] = e->slots[--e->nslots];
-	if (e->nslots == 0 && !TransactionIdIsValid(e->max_xid))
-		e->key = 0;
+	free_if_unused(e);
 }
 
 /*
@@ -414,31 +421,26 @@ has_locker_slot(const InflightEntry *e)
 	return false;
 }
 
-/* Whether this transaction is counted in overflow_lockers already. */
-static bool
-has_overflow_registration(void)
-{
-	int			i;
-
-	for (i = 0; i < nregistrations; i++)
-		if (registrations[i].index < 0)
-			return true;
-	return false;
-}
-
 /*
- * Whether this transaction has lock-free consumes in flight, which another
- * transaction may be waiting for: then it must not wait itself.  (Waiting
- * while registered as a locker is what the row lock made others do
- * anyway.)
+ * Whether this transaction has a registration of the kind: a lock-free
+ * consume's (reservation), or a locker counted in overflow_lockers.  One
+ * with lock-free consumes in flight, which another transaction may be
+ * waiting for, must not wait itself.  (Waiting while registered as a
+ * locker is what the row lock made others do anyway.)
  */
+typedef enum RegistrationKind
+{
+	RESERVATION,
+	OVERFLOW_LOCKER
+} RegistrationKind;
+
 static bool
-holds_reservations(void)
+has_registration(RegistrationKind kind)
 {
 	int			i;
 
 	for (i = 0; i < nregistrations; i++)
-		if (registrations[i].reservation)
+		if (kind == RESERVATION ? registrations[i].reservation : registrations[i].index < 0)
 			return true;
 	return false;
 }
@@ -604,8 +606,8 @@ fm_inflight_consume_enabled(void)
 static FmInflightOutcome
 fall_back(LWLock *lock, InflightEntry *e, Snapshot snapshot)
 {
-	if (e && e->nslots == 0 && !TransactionIdIsValid(e->max_xid))
-		e->key = 0;
+	if (e)
+		free_if_unused(e);
 	if (snapshot)
 		UnregisterSnapshot(snapshot);
 	LWLockRelease(lock);
@@ -715,16 +717,15 @@ fm_inflight_consume(const char *tenant, const char *meter, TimestampTz period_st
 					TransactionIdFollows(xid, e->max_xid))
 					e->max_xid = xid;
 			}
-			else if (e->nslots == 0 && !TransactionIdIsValid(e->max_xid))
-				e->key = 0;
+			else
+				free_if_unused(e);
 			LWLockRelease(lock);
 			if (bounded)
 				add_registration(index, key, xid, true);
 			pg_atomic_fetch_add_u64(&state->lock_free, 1);
 			return FM_INFLIGHT_GRANTED;
 		}
-		if (e->nslots == 0 && !TransactionIdIsValid(e->max_xid))
-			e->key = 0;
+		free_if_unused(e);
 		LWLockRelease(lock);
 
 		/*
@@ -732,7 +733,7 @@ fm_inflight_consume(const char *tenant, const char *meter, TimestampTz period_st
 		 * transaction might be waited for by: final.  Else wait for the
 		 * first in flight to end, and decide again.
 		 */
-		if (nxids == 0 || holds_reservations())
+		if (nxids == 0 || has_registration(RESERVATION))
 		{
 			pg_atomic_fetch_add_u64(&state->lock_free, 1);
 			return FM_INFLIGHT_REFUSED;
@@ -751,7 +752,7 @@ fm_inflight_before_lock(const char *tenant, const char *meter, TimestampTz perio
 	TransactionId xid;
 	TransactionId xids[FM_INFLIGHT_SLOTS];
 	Snapshot	xact_snapshot = NULL;
-	bool		holder = holds_reservations();
+	bool		holder = has_registration(RESERVATION);
 	bool		registered = false;
 	int			nxids = 0;
 	int			index;
@@ -790,7 +791,7 @@ fm_inflight_before_lock(const char *tenant, const char *meter, TimestampTz perio
 		else if (!add_slot(e, xid, true, 0))
 			index = -1;
 	}
-	if (index < 0 && has_overflow_registration())
+	if (index < 0 && has_registration(OVERFLOW_LOCKER))
 		registered = true;
 	else if (index < 0)
 	{
