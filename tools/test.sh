@@ -323,17 +323,18 @@ main() {
 		fm_log "suite isolation: no test/specs/*.spec, skipped"
 	fi
 	# The same two again with consumes deciding under stripe 0's row lock,
-	# as they do without flagmeter preloaded (src/inflight.c); a test whose
+	# as they do without flagmeter preloaded (src/inflight.c), in output
+	# directories of their own (the later --outputdir wins); a test whose
 	# output differs between the two ways has a second expected file, _1.
 	if has_files "$FM_SRC/test/sql/*.sql"; then
 		PGOPTIONS="-c flagmeter.lock_free_consume=off" run_suite regress_row_lock \
 			count_regress ISOLATION= TAP_TESTS= \
-			"REGRESS_OPTS=--inputdir=test --load-extension=flagmeter --outputdir=output_row_lock"
+			EXTRA_REGRESS_OPTS=--outputdir=output_row_lock
 	fi
 	if has_files "$FM_SRC/test/specs/*.spec"; then
 		PGOPTIONS="-c flagmeter.lock_free_consume=off" run_suite isolation_row_lock \
 			count_regress REGRESS= TAP_TESTS= \
-			"ISOLATION_OPTS=--inputdir=test --load-extension=flagmeter --outputdir=output_iso_row_lock"
+			EXTRA_REGRESS_OPTS=--outputdir=output_iso_row_lock
 	fi
 	if has_files "$FM_SRC/test/t/*.pl"; then
 		run_suite tap count_tap REGRESS= ISOLATION=
