@@ -23,7 +23,7 @@
 #      consume under the row lock (with a key) in the same transactions:
 #      consumes fall back to the row lock and lockers overflow the table,
 #      no call fails, and every tenant's usage is exact and within its
-#      quota.
+#      quota; a transaction that overflowed the table cannot be prepared.
 use strict;
 use warnings;
 
@@ -241,7 +241,8 @@ $standby->stop;
 
 # 5. a full table
 my $full = preloaded_node('inflight_full');
-$full->append_conf('postgresql.conf', 'flagmeter.inflight_periods = 16');
+$full->append_conf('postgresql.conf',
+	"flagmeter.inflight_periods = 16\nmax_prepared_transactions = 2");
 $full->start;
 $full->safe_psql(
 	'postgres', q{
@@ -280,6 +281,22 @@ my ($fell_back, $overflowed, $in_flight) = split /\|/,
 cmp_ok($fell_back, '>', 0, 'consumes fell back to the row lock');
 cmp_ok($overflowed, '>', 0, 'lockers found the table full');
 is($in_flight, '0', 'nothing is left in flight');
+
+# 64 tenants in one transaction over 16 entries: some of its consumes find
+# no room, take the row lock and are counted as overflowing lockers, whose
+# end only this backend's commit or rollback records: it cannot be prepared
+my ($prep_rc, $prep_out, $prep_err) = $full->psql(
+	'postgres', q{
+	SELECT count(*) FROM generate_series(1, 64) g, flagmeter.assign_plan('p' || g, 'p') a;
+	BEGIN;
+	SELECT count(*) FROM generate_series(1, 64) g, flagmeter.consume('p' || g, 'm', 1) d;
+	PREPARE TRANSACTION 'fm_full';});
+like($prep_err,
+	qr/cannot PREPARE a transaction that consumed while flagmeter's table of consumes in flight was full/,
+	'a transaction that overflowed the table cannot be prepared');
+is($full->safe_psql('postgres',
+		q{SELECT count(*) FROM pg_prepared_xacts; SELECT in_flight FROM flagmeter.consumes_in_flight()}),
+	"0\n0", 'nothing was prepared, and nothing is left in flight');
 $full->stop;
 
 done_testing();
