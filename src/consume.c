@@ -2,10 +2,13 @@
  * consume.c
  *	  consume(): the atomic check-and-record against a limit, for one meter
  *	  or all-or-nothing across several.  A hard limit is never exceeded,
- *	  whatever the concurrency: every consume of a period decides on its
+ *	  whatever the concurrency: a consume of a period decides on its
  *	  stripe 0 (usage_rows.h) once it holds that row's lock, counting the
- *	  track stripes as committed before.  A retried idempotency key returns
- *	  the original decision and records nothing (event_keys.c).
+ *	  track stripes as committed before, or, preloaded, the common one
+ *	  decides against the consumes in flight without that lock
+ *	  (inflight.c), the two ways never on one period at once.  A retried
+ *	  idempotency key returns the original decision and records nothing
+ *	  (event_keys.c).
  */
 #include "postgres.h"
 #include "fmgr.h"
@@ -198,8 +201,9 @@ compare_items_by_meter(const void *a, const void *b)
 
 /*
  * consume of one sum or count meter without an idempotency key, the common
- * call.  A hot tenant's consumes run one at a time behind stripe 0's row
- * lock, held through the commit flush, so what runs under the lock bounds
+ * call.  Preloaded, it decides in inflight.c and writes as track does;
+ * when that sends it back, or without preloading, a hot tenant's consumes
+ * run one at a time behind stripe 0's row lock, held through the commit flush, so what runs under the lock bounds
  * their rate: here only one conditional UPDATE (docs/design.md, "The
  * write path"), deciding on stripe 0's latest committed version (READ
  * COMMITTED rechecks the condition on it after waiting for a concurrent
