@@ -21,8 +21,8 @@
 static FmStatement set_recheck_stmt = {
 	"UPDATE flagmeter.counters SET recheck_at = $5, recheck_for = $6"
 	" WHERE tenant" FM_EQ "$1 AND meter" FM_EQ "$2 AND period_start" FM_EQ "$3"
-	" AND stripe" FM_EQ "$4",
-	6, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2OID, INT8OID, INT4OID}
+	" AND stripe" FM_EQ "$4 AND ctid" FM_EQ "$7",
+	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2OID, INT8OID, INT4OID, TIDOID}
 };
 
 void
@@ -50,6 +50,7 @@ fm_stripe_written(uint64 r, int first)
 	w.recheck_at = DatumGetInt64(SPI_getbinval(row, desc, first + 2, &null_at));
 	w.recheck_for = DatumGetInt32(SPI_getbinval(row, desc, first + 3, &null_for));
 	w.has_recheck = !null_at && !null_for;
+	ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(row, desc, first + 4, &isnull)), &w.ctid);
 	return w;
 }
 
@@ -129,7 +130,7 @@ fm_announce_after_track(const char *tenant, const char *meter, const FmLimit *li
 	FmCounter	total;
 	int64		recheck_at;
 	int			nstripes = 0;
-	Datum		args[6];
+	Datum		args[7];
 	uint64		i;
 
 	if (!fm_period_read_due(tenant, meter, limit, period_start, written))
@@ -153,5 +154,6 @@ fm_announce_after_track(const char *tenant, const char *meter, const FmLimit *li
 	args[3] = Int16GetDatum(written->stripe);
 	args[4] = Int64GetDatum(recheck_at);
 	args[5] = Int32GetDatum(limit->fingerprint);
+	args[6] = PointerGetDatum(&written->ctid);
 	fm_execute(&set_recheck_stmt, args, NULL, false, 0);
 }

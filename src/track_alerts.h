@@ -8,6 +8,7 @@
 
 #include "postgres.h"
 #include "datatype/timestamp.h"
+#include "storage/itemptr.h"
 
 #include "counter_core.h"
 #include "limit.h"
@@ -20,9 +21,16 @@ typedef struct StripeWritten
 	bool		has_recheck;
 	int64		recheck_at;
 	int32		recheck_for;
+
+	/*
+	 * The version written: recheck_at is set on it, not on the row found by
+	 * key, which in REPEATABLE READ may be a version that maintain() deleted
+	 * after the snapshot (merge_idle_stripes) and would fail with 40001.
+	 */
+	ItemPointerData ctid;
 } StripeWritten;
 
-/* From row r of SPI_tuptable, columns first .. first + 3. */
+/* From row r of SPI_tuptable, columns first .. first + 4 (the last the ctid). */
 extern StripeWritten fm_stripe_written(uint64 r, int first);
 
 /* Queue the announcements a new usage level of a limited meter calls for. */

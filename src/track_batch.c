@@ -58,7 +58,7 @@ static FmStatement add_to_stripes_batch_stmt = {
 	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE"
 	" SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter"
 	" RETURNING c.tenant, c.meter, c.period_start,"
-	"  c.stripe, c.counter, c.recheck_at, c.recheck_for",
+	"  c.stripe, c.counter, c.recheck_at, c.recheck_for, c.ctid",
 	5, {TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT2OID,
 	FM_TYPE_COUNTER_ARRAY}
 };
@@ -66,11 +66,12 @@ static FmStatement add_to_stripes_batch_stmt = {
 static FmStatement set_recheck_batch_stmt = {
 	"UPDATE flagmeter.counters c SET recheck_at = u.r, recheck_for = u.f"
 	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
-	"                pg_catalog.unnest($5), pg_catalog.unnest($6)) AS u(t, m, p, r, f)"
+	"                pg_catalog.unnest($5), pg_catalog.unnest($6), pg_catalog.unnest($7))"
+	"      AS u(t, m, p, r, f, v)"
 	" WHERE c.tenant" FM_EQ "u.t AND c.meter" FM_EQ "u.m AND c.period_start" FM_EQ "u.p"
-	" AND c.stripe" FM_EQ "$4",
-	6, {TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT2OID,
-	INT8ARRAYOID, INT4ARRAYOID}
+	" AND c.stripe" FM_EQ "$4 AND c.ctid" FM_EQ "u.v",
+	7, {TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT2OID,
+	INT8ARRAYOID, INT4ARRAYOID, TIDARRAYOID}
 };
 
 /* One (tenant, meter): its limit, loaded once per batch. */
@@ -490,7 +491,8 @@ read_due_periods(TrackBatch *b, const PeriodList *written)
 	int		   *nstripes;
 	Datum	   *r_at;
 	Datum	   *r_for;
-	Datum		args[6];
+	Datum	   *r_ctid;
+	Datum		args[7];
 	uint64		r;
 	int			g;
 
@@ -527,6 +529,7 @@ read_due_periods(TrackBatch *b, const PeriodList *written)
 	recheck = period_list_alloc(due.n);
 	r_at = palloc(sizeof(Datum) * due.n);
 	r_for = palloc(sizeof(Datum) * due.n);
+	r_ctid = palloc(sizeof(Datum) * due.n);
 	for (g = 0; g < due.n; g++)
 	{
 		BatchGroupEntry *group = due.groups[g];
@@ -540,6 +543,7 @@ read_due_periods(TrackBatch *b, const PeriodList *written)
 			continue;
 		r_at[recheck.n] = Int64GetDatum(recheck_at);
 		r_for[recheck.n] = Int32GetDatum(group->limit->fingerprint);
+		r_ctid[recheck.n] = PointerGetDatum(&group->written.ctid);
 		period_list_add(&recheck, group, due.tenants[g], due.meters[g]);
 	}
 	if (recheck.n == 0)
@@ -548,6 +552,8 @@ read_due_periods(TrackBatch *b, const PeriodList *written)
 	args[3] = Int16GetDatum(fm_own_stripe());
 	args[4] = fm_int8_array(r_at, recheck.n);
 	args[5] = PointerGetDatum(construct_array(r_for, recheck.n, INT4OID, 4, true, TYPALIGN_INT));
+	args[6] = PointerGetDatum(construct_array(r_ctid, recheck.n, TIDOID, sizeof(ItemPointerData),
+											  false, TYPALIGN_SHORT));
 	fm_execute(&set_recheck_batch_stmt, args, NULL, false, 0);
 }
 

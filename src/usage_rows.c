@@ -160,7 +160,7 @@ fm_scan_period(const char *tenant, const char *meter, TimestampTz period_start,
 
 /*
  * track's statements; fm_pick_stripe says which stripe they write.  Each
- * returns (stripe, counter, recheck_at, recheck_for) of the row written.
+ * returns (stripe, counter, recheck_at, recheck_for, ctid) of the row written.
  */
 #define TRACK_EVENT_CTE \
 	"WITH event AS (" \
@@ -176,7 +176,7 @@ fm_scan_period(const char *tenant, const char *meter, TimestampTz period_start,
 	" VALUES ($1, $2, $7, $8, $9)" \
 	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE" \
 	" SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter" \
-	" RETURNING c.stripe, c.counter, c.recheck_at, c.recheck_for"
+	" RETURNING c.stripe, c.counter, c.recheck_at, c.recheck_for, c.ctid"
 #define TRACK_ARGTYPES \
 	{TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, \
 	TIMESTAMPTZOID, INT2OID, FM_TYPE_COUNTER}
@@ -191,7 +191,7 @@ static FmStatement track_update_stripe_stmt = {
 	"UPDATE flagmeter.counters c"
 	" SET counter = c.counter OPERATOR(flagmeter.+) $9"
 	" WHERE" TRACK_STRIPE_KEY("c") " AND c.stripe" FM_EQ "$8"
-	" RETURNING c.stripe, c.counter, c.recheck_at, c.recheck_for",
+	" RETURNING c.stripe, c.counter, c.recheck_at, c.recheck_for, c.ctid",
 	9, TRACK_ARGTYPES
 };
 
