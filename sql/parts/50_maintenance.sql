@@ -10,7 +10,9 @@
 --      nothing is folded twice because the watermark moves in the same
 --      transaction, under the lock of the state row.
 --   2. idempotency keys and voids older than the retention are deleted;
---   3. the stripes of periods that have ended are merged into one row;
+--   3. the stripes of periods that have ended are merged into one row,
+--      and near the end of the run the idle track stripes of every period
+--      into its merged stripe (merge_idle_stripes);
 --      tenants blocked in ended periods are unblocked; the unused quota of
 --      ended periods rolls over into credit grants (roll_over()); a resync hint goes
 --      out for notifications skipped under backpressure; old outbox rows
@@ -19,8 +21,10 @@
 --      the retention whose events are all folded are dropped.
 -- It never waits for a lock that track holds and never makes track wait,
 -- except: a late event for a period that has ended waits for the end of
--- the run when its stripes are being compacted, and dropping an expired
--- partition (once a day) holds inserts for the last moment of the run.
+-- the run when its stripes are being compacted, so does a track that
+-- writes a stripe idle for a minute at the moment the run merges it, and
+-- dropping an expired partition (once a day) holds inserts for the last
+-- moment of the run.
 -- ---------------------------------------------------------------------------
 
 -- The two single-row tables below get their row on first use, not from
@@ -403,6 +407,78 @@ END $$;
 COMMENT ON FUNCTION flagmeter.compact_counters() IS
 'merges the counter stripes of periods that have ended into one row each; returns how many periods it compacted';
 
+-- Merges the idle track stripes of every period, open ones included, into
+-- the period's merged stripe (32767), so that a read of a tenant whose
+-- concurrent writers have gone merges about as many rows as it has writers
+-- now, not as many as it ever had at once.  Idle: last written by a
+-- transaction below written_before (maintain() passes where the previous
+-- run's fold stopped, a minute or more ago) and held by no transaction
+-- (locked without waiting).
+--
+-- No track writes the merged stripe (theirs are 1 .. 2 * flagmeter.stripes,
+-- at most 2048), so no REPEATABLE READ track finds it changed after its
+-- snapshot; one whose own stripe was merged after its snapshot inserts the
+-- row again (and sets recheck_at on the version it wrote, src/track_alerts.h).
+-- A track that writes a stripe at the moment a run merges it (it took the
+-- stripe's tag, or it is its own stripe, then found the row locked) waits
+-- for the end of that run, which is why maintain() calls this near its end.
+-- Stripe 0 stays: usage moved into the row consume decides on would be
+-- counted twice by a consume that read the track stripes in its snapshot
+-- (spec void_consume_race).
+CREATE FUNCTION flagmeter.merge_idle_stripes(written_before xid8)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	-- age(xmin) > span: written by a transaction below written_before
+	span bigint := flagmeter.xid_int(pg_current_xact_id()) - flagmeter.xid_int(written_before);
+	g record;
+	locked tid[];
+	merged flagmeter.quota_counter;
+	has_merged_row boolean;
+	periods bigint := 0;
+BEGIN
+	IF written_before IS NULL OR written_before = '0'::xid8 OR span <= 0 THEN
+		RETURN 0;
+	END IF;
+	FOR g IN
+		SELECT c.tenant, c.meter, c.period_start
+		FROM flagmeter.counters c
+		WHERE c.stripe > 0 AND (c.stripe = 32767 OR age(c.xmin) > span)
+		GROUP BY 1, 2, 3
+		HAVING count(*) > 1
+		LIMIT 10000
+	LOOP
+		SELECT array_agg(l.ctid), bool_or(l.stripe = 32767), flagmeter.merge_agg(l.counter)
+		INTO locked, has_merged_row, merged
+		FROM (SELECT c.ctid, c.stripe, c.counter FROM flagmeter.counters c
+		      WHERE c.tenant = g.tenant AND c.meter = g.meter AND c.period_start = g.period_start
+		        AND c.stripe > 0 AND (c.stripe = 32767 OR age(c.xmin) > span)
+		      FOR UPDATE SKIP LOCKED) l;
+		CONTINUE WHEN coalesce(cardinality(locked), 0) < 2;
+		-- a merged row held by a void: left for the next run
+		CONTINUE WHEN NOT has_merged_row AND EXISTS (
+			SELECT FROM flagmeter.counters c
+			WHERE c.tenant = g.tenant AND c.meter = g.meter AND c.period_start = g.period_start
+			  AND c.stripe = 32767);
+
+		DELETE FROM flagmeter.counters c
+		WHERE c.ctid = ANY (locked) AND c.stripe <> 32767;
+		IF has_merged_row THEN
+			UPDATE flagmeter.counters c SET counter = merged, recheck_at = NULL, recheck_for = NULL
+			WHERE c.ctid = ANY (locked) AND c.stripe = 32767;
+		ELSE
+			INSERT INTO flagmeter.counters (tenant, meter, period_start, stripe, counter)
+			VALUES (g.tenant, g.meter, g.period_start, 32767, merged);
+		END IF;
+		periods := periods + 1;
+	END LOOP;
+	RETURN periods;
+END $$;
+COMMENT ON FUNCTION flagmeter.merge_idle_stripes(xid8) IS
+'merges the track stripes of each period that no transaction holds and that were last written below written_before into its merged stripe (32767); returns how many periods it merged';
+
 CREATE FUNCTION flagmeter.maintain(
 	OUT events_folded bigint, OUT voids_folded bigint,
 	OUT partitions_created integer, OUT partitions_dropped integer,
@@ -474,6 +550,11 @@ BEGIN
 	  AND (o.notified OR o.version <= (SELECT m.resync_sent_through FROM flagmeter.maintenance_state m));
 	DELETE FROM flagmeter.notification_skips k WHERE k.skipped_at < cutoff;
 
+	-- Near the end: a track that writes a stripe being merged waits for
+	-- the commit.  Before the partitions, which hold inserts until then
+	-- (and give up on a lock after 50 ms rather than wait for such a track).
+	periods_compacted := periods_compacted + flagmeter.merge_idle_stripes(low);
+
 	-- Last, since they hold table locks until the commit that follows.
 	partitions_created := flagmeter.create_partitions();
 	partitions_dropped := flagmeter.drop_expired_partitions(high);
@@ -489,7 +570,7 @@ BEGIN
 	    total_voids_folded = m.total_voids_folded + maintain.voids_folded;
 END $$;
 COMMENT ON FUNCTION flagmeter.maintain() IS
-'folds pending usage into the hourly and daily rollups, creates upcoming partitions, drops expired ones, expires idempotency keys, compacts ended periods, rolls unused quota over into credit grants (roll_over); idempotent, cheap when idle, one run at a time';
+'folds pending usage into the hourly and daily rollups, creates upcoming partitions, drops expired ones, expires idempotency keys, compacts ended periods, merges idle stripes, rolls unused quota over into credit grants (roll_over); idempotent, cheap when idle, one run at a time';
 
 -- Scheduling with pg_cron ---------------------------------------------------------
 

@@ -104,6 +104,7 @@ REVOKE ALL ON FUNCTION flagmeter.release(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.maintain() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.fold_band(xid8, xid8) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.compact_counters() FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.merge_idle_stripes(xid8) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.summarize_event_partitions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.create_partitions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_expired_partitions(xid8) FROM PUBLIC;

@@ -109,6 +109,43 @@ SELECT periods_compacted FROM maintain();
 SELECT stripe, counter FROM counters WHERE tenant = 'globex' AND period_start = '2026-02-01';
 RESET flagmeter.stripes;
 
+-- Merging idle stripes: the track stripes of a period, open or ended,
+-- last written before the previous maintain() run and held by no
+-- transaction, merge into the period's merged stripe 32767; stripe 0
+-- stays.  A lifetime limit keeps hooli's period open whatever day this
+-- runs; shared stripe 2 and own stripe 40 stand for other sessions'.
+SELECT define_plan('forever'), set_limit('forever', 'api_calls', 1000, 'lifetime'),
+       assign_plan('hooli', 'forever');
+SELECT track('hooli', 'api_calls', 2);
+INSERT INTO counters (tenant, meter, period_start, stripe, counter)
+SELECT c.tenant, c.meter, c.period_start, s.stripe, c.counter
+FROM counters c, (VALUES (2), (40)) s(stripe)
+WHERE c.tenant = 'hooli' AND c.stripe = 1;
+INSERT INTO counters
+SELECT tenant, meter, period_start, 0, 'used=5 events=1 max=5 latest=5@2026-03-06T00:00:00Z'
+FROM counters WHERE tenant = 'hooli' AND stripe = 1;
+SELECT used, remaining FROM flagmeter.check('hooli', 'api_calls');
+-- written after the previous run: left alone
+SELECT periods_compacted FROM maintain();
+SELECT stripe, used(counter), events(counter) FROM counters WHERE tenant = 'hooli' ORDER BY stripe;
+-- idle now: merged
+SELECT periods_compacted FROM maintain();
+SELECT stripe, used(counter), events(counter), recheck_at FROM counters WHERE tenant = 'hooli' ORDER BY stripe;
+SELECT used, remaining FROM flagmeter.check('hooli', 'api_calls');
+-- a new stripe joins the merged one once idle; an idle merged row alone stays
+SELECT track('hooli', 'api_calls', 1);
+SELECT periods_compacted FROM maintain();
+SELECT periods_compacted FROM maintain();
+SELECT stripe, used(counter), events(counter) FROM counters WHERE tenant = 'hooli' ORDER BY stripe;
+SELECT periods_compacted FROM maintain();
+SELECT used, remaining FROM flagmeter.check('hooli', 'api_calls');
+-- a void takes the amount out of the merged stripe
+SELECT track('hooli', 'api_calls', 4, idempotency_key => 'hooli-1');
+SELECT periods_compacted FROM maintain();
+SELECT periods_compacted FROM maintain();
+SELECT void('hooli', 'hooli-1');
+SELECT stripe, used(counter), events(counter) FROM counters WHERE tenant = 'hooli' ORDER BY stripe;
+
 -- Scheduling needs pg_cron in this database
 SELECT schedule();
 SELECT unschedule();
