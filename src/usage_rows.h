@@ -7,7 +7,9 @@
  * flagmeter.events, and per tenant, meter and period a few quota_counter
  * rows in flagmeter.counters, merged on read.  Stripe 0 is consume's: the
  * one row where a limit serializes (consume.c).  Stripes 1 and up are
- * track's, one per concurrent writer (stripes.c).  Every call first takes
+ * track's, one per concurrent writer (stripes.c), and 32767 the merge of
+ * those that went idle, which maintain() keeps and no call writes
+ * (merge_idle_stripes in sql/parts/50_maintenance.sql).  Every call first takes
  * ROW EXCLUSIVE on flagmeter.counters (fm_lock_counters_for_write), before
  * it reads the configuration; flagmeter.recount_current_period() takes
  * SHARE ROW EXCLUSIVE, so a change of period boundaries never races a

@@ -431,6 +431,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+	merged_stripe CONSTANT smallint := 32767;
 	-- age(xmin) > span: written by a transaction below written_before
 	span bigint := flagmeter.xid_int(pg_current_xact_id()) - flagmeter.xid_int(written_before);
 	g record;
@@ -445,32 +446,32 @@ BEGIN
 	FOR g IN
 		SELECT c.tenant, c.meter, c.period_start
 		FROM flagmeter.counters c
-		WHERE c.stripe > 0 AND (c.stripe = 32767 OR age(c.xmin) > span)
+		WHERE c.stripe > 0 AND (c.stripe = merged_stripe OR age(c.xmin) > span)
 		GROUP BY 1, 2, 3
 		HAVING count(*) > 1
 		LIMIT 10000
 	LOOP
-		SELECT array_agg(l.ctid), bool_or(l.stripe = 32767), flagmeter.merge_agg(l.counter)
+		SELECT array_agg(l.ctid), bool_or(l.stripe = merged_stripe), flagmeter.merge_agg(l.counter)
 		INTO locked, has_merged_row, merged
 		FROM (SELECT c.ctid, c.stripe, c.counter FROM flagmeter.counters c
 		      WHERE c.tenant = g.tenant AND c.meter = g.meter AND c.period_start = g.period_start
-		        AND c.stripe > 0 AND (c.stripe = 32767 OR age(c.xmin) > span)
+		        AND c.stripe > 0 AND (c.stripe = merged_stripe OR age(c.xmin) > span)
 		      FOR UPDATE SKIP LOCKED) l;
 		CONTINUE WHEN coalesce(cardinality(locked), 0) < 2;
 		-- a merged row held by a void: left for the next run
 		CONTINUE WHEN NOT has_merged_row AND EXISTS (
 			SELECT FROM flagmeter.counters c
 			WHERE c.tenant = g.tenant AND c.meter = g.meter AND c.period_start = g.period_start
-			  AND c.stripe = 32767);
+			  AND c.stripe = merged_stripe);
 
 		DELETE FROM flagmeter.counters c
-		WHERE c.ctid = ANY (locked) AND c.stripe <> 32767;
+		WHERE c.ctid = ANY (locked) AND c.stripe <> merged_stripe;
 		IF has_merged_row THEN
 			UPDATE flagmeter.counters c SET counter = merged, recheck_at = NULL, recheck_for = NULL
-			WHERE c.ctid = ANY (locked) AND c.stripe = 32767;
+			WHERE c.ctid = ANY (locked) AND c.stripe = merged_stripe;
 		ELSE
 			INSERT INTO flagmeter.counters (tenant, meter, period_start, stripe, counter)
-			VALUES (g.tenant, g.meter, g.period_start, 32767, merged);
+			VALUES (g.tenant, g.meter, g.period_start, merged_stripe, merged);
 		END IF;
 		periods := periods + 1;
 	END LOOP;
