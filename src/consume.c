@@ -203,12 +203,12 @@ compare_items_by_meter(const void *a, const void *b)
  * consume of one sum or count meter without an idempotency key, the common
  * call.  Preloaded, it decides in inflight.c and writes as track does;
  * when that sends it back, or without preloading, a hot tenant's consumes
- * run one at a time behind stripe 0's row lock, held through the commit flush, so what runs under the lock bounds
- * their rate: here only one conditional UPDATE (docs/design.md, "The
- * write path"), deciding on stripe 0's latest committed version (READ
- * COMMITTED rechecks the condition on it after waiting for a concurrent
- * consume).
- * The event is inserted and the tracked stripes read before it, so the
+ * run one at a time behind stripe 0's row lock, held through the commit
+ * flush, so what runs under the lock bounds their rate: here only one
+ * conditional UPDATE (docs/design.md, "The write path"), deciding on
+ * stripe 0's latest committed version (READ COMMITTED rechecks the
+ * condition on it after waiting for a concurrent consume).  The event is
+ * inserted and the tracked stripes read before it, so the
  * lock is held for that one statement, not for a read, a decision and a
  * write as in decide_items; a refusal deletes the event again.
  */
