@@ -110,6 +110,17 @@ CREATE TABLE flagmeter.counters (
 COMMENT ON TABLE flagmeter.counters IS
 'usage per tenant, meter and period, in stripes merged on read; stripe 0 is consume''s, the others track''s; recheck_at/recheck_for say when track must next read the whole period';
 
+-- The rows maintain() may still merge: track stripes and merged stripes
+-- (stripe > 0).  compact_counters() turns an ended period's rows into its
+-- stripe 0 alone, so this index holds the open periods' rows and those of
+-- periods ended since the last run, not the history: maintain() finds its
+-- work here in time proportional to the open periods, where a scan of the
+-- whole table grew with every period ever counted.  Track writes a stripe
+-- in place (a HOT update: no indexed column changes), so only a new stripe
+-- adds an entry.
+CREATE INDEX counters_track_stripes ON flagmeter.counters (tenant, meter, period_start)
+	WHERE stripe OPERATOR(pg_catalog.>) 0;
+
 CREATE TABLE flagmeter.event_keys (
 	tenant			text NOT NULL,
 	idempotency_key	text NOT NULL,

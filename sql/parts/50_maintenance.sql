@@ -351,13 +351,17 @@ END $$;
 COMMENT ON FUNCTION flagmeter.summarize_event_partitions() IS
 'summarizes the new page ranges of the events'' xid indexes (maintain() calls it after folding); returns how many';
 
--- Merges the stripes of periods that have ended (more than a minute ago)
--- into one row each.  Open periods are left alone: their stripes are what
--- keeps concurrent writers apart, and there are at most stripes + 1 of them.
--- A period one of whose rows a transaction holds (a void, a late event) is
--- left for the next run: its rows are locked without waiting first, since
--- a DELETE that waited for them could deadlock with a void, which locks
--- the track stripes in stripe order and stripe 0 last.
+-- Turns the rows of each period that has ended (more than a minute ago)
+-- into its stripe 0 alone: the stripes merged into one row, and a lone
+-- track stripe moved there, so that the period leaves the index
+-- counters_track_stripes, where this and merge_idle_stripes() look for
+-- work.  Open periods are left alone: their stripes are what keeps
+-- concurrent writers apart, and there are at most stripes + 1 of them.
+-- Lifetime periods (period_start -infinity) never end.  A period one of
+-- whose rows a transaction holds (a void, a late event) is left for the
+-- next run: its rows are locked without waiting first, since a DELETE that
+-- waited for them could deadlock with a void, which locks the track stripes
+-- in stripe order and stripe 0 last.
 CREATE FUNCTION flagmeter.compact_counters()
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -365,26 +369,23 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	g record;
-	cfg record;
-	period_end timestamptz;
 	merged flagmeter.quota_counter;
 	compacted bigint := 0;
 	nrows bigint;
 	nlocked bigint;
 BEGIN
 	FOR g IN
-		SELECT c.tenant, c.meter, c.period_start
-		FROM flagmeter.counters c
-		WHERE c.period_start > '-infinity' AND c.period_start < now() - interval '1 hour'
-		GROUP BY 1, 2, 3
-		HAVING count(*) > 1
+		SELECT s.tenant, s.meter, s.period_start
+		FROM (SELECT c.tenant, c.meter, c.period_start
+		      FROM flagmeter.counters c
+		      WHERE c.stripe > 0
+		        AND c.period_start > '-infinity' AND c.period_start < now() - interval '1 hour'
+		      GROUP BY 1, 2, 3) s,
+		     LATERAL flagmeter.limit_config(s.tenant, s.meter) cfg
+		WHERE (flagmeter.period_bounds(s.period_start, cfg.period, cfg.anchor, cfg.timezone)).period_end
+		      <= now() - interval '1 minute'
 		LIMIT 10000
 	LOOP
-		SELECT * INTO cfg FROM flagmeter.limit_config(g.tenant, g.meter);
-		CONTINUE WHEN NOT FOUND;
-		period_end := (flagmeter.period_bounds(g.period_start, cfg.period, cfg.anchor, cfg.timezone)).period_end;
-		CONTINUE WHEN period_end > now() - interval '1 minute';
-
 		SELECT count(*) INTO nrows FROM flagmeter.counters c
 		WHERE c.tenant = g.tenant AND c.meter = g.meter AND c.period_start = g.period_start;
 		SELECT count(*) INTO nlocked FROM (
@@ -405,7 +406,7 @@ BEGIN
 	RETURN compacted;
 END $$;
 COMMENT ON FUNCTION flagmeter.compact_counters() IS
-'merges the counter stripes of periods that have ended into one row each; returns how many periods it compacted';
+'turns the counter rows of each period that has ended into its stripe 0 alone; returns how many periods it compacted';
 
 -- Merges the idle track stripes of every period, open ones included, into
 -- the period's merged stripe (32767), so that a read of a tenant whose

@@ -108,6 +108,14 @@ INSERT INTO counters VALUES ('globex', 'api_calls', '2026-02-01', 0, 'used=5 eve
 SELECT periods_compacted FROM maintain();
 SELECT stripe, counter FROM counters WHERE tenant = 'globex' AND period_start = '2026-02-01';
 RESET flagmeter.stripes;
+-- a lone track stripe of an ended period moves to stripe 0, out of the
+-- index of rows maintain() may still merge
+SELECT track('globex', 'api_calls', 3, '2026-01-10 00:00:00+00');
+SELECT stripe FROM counters WHERE tenant = 'globex' AND period_start = '2026-01-01';
+SELECT periods_compacted FROM maintain();
+SELECT stripe, used(counter), events(counter) FROM counters
+WHERE tenant = 'globex' AND period_start = '2026-01-01';
+SELECT periods_compacted FROM maintain();
 
 -- Merging idle stripes: the track stripes of a period, open or ended,
 -- last written before the previous maintain() run and held by no
