@@ -45,3 +45,56 @@ EOF
 	rate_row maintain 1 ev/s "$rate" - - - - 500000 \
 		"one maintain() folding $folded events took $secs s (wall clock, incl. psql connect)"
 }
+
+register_workload maintain_history \
+	"maintain()'s counter steps with $HISTORY_PERIODS ended periods of history vs without"
+
+# counter_steps_ms: one fresh session (pg_cron runs each maintain() in its
+# own) running maintain()'s two counter steps, compact_counters() and
+# merge_idle_stripes() from the last run's watermark; wall-clock ms
+# including the psql connection, the median of five.
+counter_steps_ms() {
+	local i t0 t1 times=()
+	for i in 1 2 3 4 5; do
+		t0=$(date +%s.%N)
+		psql_q "SELECT flagmeter.compact_counters(),
+		               flagmeter.merge_idle_stripes((SELECT m.folded_through
+		                                             FROM flagmeter.maintenance_state m))" >/dev/null
+		t1=$(date +%s.%N)
+		times+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", (b - a) * 1000 }')")
+	done
+	printf '%s\n' "${times[@]}" | sort -n | sed -n 3p
+}
+
+wl_maintain_history() {
+	local without with
+	# Earlier workloads left every tenant an open period; a run first
+	# merges and compacts what it can, so both timings below find nothing
+	# to do and measure only how the two steps find their work.
+	psql_q "SELECT flagmeter.maintain()" >/dev/null
+	psql_q "SELECT flagmeter.maintain()" >/dev/null
+	without=$(counter_steps_ms)
+	echo "    without history: ${without} ms"
+	# The history a long-lived install keeps: one compacted row per
+	# tenant, meter and ended month.
+	psql_q "INSERT INTO flagmeter.counters (tenant, meter, period_start, stripe, counter)
+	        SELECT 'history-' || i, 'api_calls',
+	               date_trunc('month', now()) - make_interval(months => m), 0,
+	               'used=1 events=1 max=1 latest=1@2020-01-01T00:00:00Z'
+	        FROM generate_series(1, $((HISTORY_PERIODS / 20))) i, generate_series(1, 20) m"
+	psql_q "VACUUM ANALYZE flagmeter.counters"
+	with=$(counter_steps_ms)
+	echo "    with $HISTORY_PERIODS ended periods: ${with} ms"
+	psql_q "DELETE FROM flagmeter.counters WHERE tenant LIKE 'history-%'"
+	psql_q "VACUUM ANALYZE flagmeter.counters"
+	# as rates (runs per second), so the ratio reads like the others':
+	# 1.0 means the history costs nothing
+	local fm_rate peer_rate ratio met
+	fm_rate=$(awk -v t="$with" 'BEGIN { printf "%.1f", 1000 / t }')
+	peer_rate=$(awk -v t="$without" 'BEGIN { printf "%.1f", 1000 / t }')
+	ratio=$(awk -v t="$with" -v p="$without" 'BEGIN { printf "%.2f", p / t }')
+	met=$(awk -v r="$ratio" 'BEGIN { print (r + 0 >= 0.8) ? "yes" : "NO" }')
+	emit_row maintain_history 1 runs/s "$fm_rate" - "same steps without history" "$peer_rate" - \
+		"$ratio" ">= 0.8 x peer" "$met" \
+		"compact_counters() + merge_idle_stripes() in a fresh session, median of 5: ${with} ms with $HISTORY_PERIODS rows of ended periods, ${without} ms without"
+}
