@@ -424,6 +424,7 @@ CREATE FUNCTION flagmeter.store_limit(plan text, meter text, quota bigint,
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET jit = off	-- see apply_limit_changes
 AS $$
 DECLARE
 	before jsonb;
@@ -962,10 +963,16 @@ COMMENT ON FUNCTION flagmeter.limit_configs(text, text) IS
 --     "blocked" at a hard limit now at or below the usage.
 -- Unblocking comes first, so that a tenant unblocked in a period that
 -- moved and blocked in the new one ends blocked, in version order too.
+--
+-- jit is off here and in store_limit: the planner takes each jsonb_each()
+-- for 100 rows, so their join of one tenant's limits looked like 10 000
+-- limit lookups, past jit_above_cost, and every call JIT-compiled its loop
+-- query: 13 of the 14 ms an assign_plan() took.
 CREATE FUNCTION flagmeter.apply_limit_changes(before jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET jit = off
 AS $$
 DECLARE
 	r record;

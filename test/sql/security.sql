@@ -44,7 +44,14 @@ SELECT p.oid::regprocedure AS plpgsql_not_pinned, p.proconfig
 FROM pg_proc p
 WHERE p.pronamespace = 'flagmeter'::regnamespace
   AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
-  AND p.proconfig IS DISTINCT FROM ARRAY['search_path=pg_catalog, pg_temp'];
+  AND NOT COALESCE(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false);
+-- and sets nothing else but jit = off, where the planner's estimate of a
+-- small query would JIT-compile it on every call (30_catalog.sql says why):
+SELECT p.oid::regprocedure AS sets_more, c AS setting
+FROM pg_proc p, unnest(p.proconfig) c
+WHERE p.pronamespace = 'flagmeter'::regnamespace
+  AND c <> 'search_path=pg_catalog, pg_temp'
+ORDER BY 1::text;
 -- SQL functions without a SET clause (so that the planner inlines them):
 -- their bodies are parsed with the caller's search_path, so every name in
 -- them must be schema-qualified (section 2 checks that it is).
