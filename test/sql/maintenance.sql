@@ -113,6 +113,20 @@ RESET flagmeter.stripes;
 SELECT track('globex', 'api_calls', 3, '2026-01-10 00:00:00+00');
 SELECT stripe FROM counters WHERE tenant = 'globex' AND period_start = '2026-01-01';
 SELECT periods_compacted FROM maintain();
+-- Open periods never stand in the way of ended ones: 10 000 of them, two
+-- stripes each, sort before an ended period, and a run's 10 000 periods
+-- are chosen among the ended ones.
+INSERT INTO counters (tenant, meter, period_start, stripe, counter)
+SELECT 'open-' || lpad(i::text, 5, '0'), 'api_calls', date_trunc('month', now(), 'UTC'), s,
+       'used=1 events=1 max=1 latest=1@2026-01-01T00:00:00Z'
+FROM generate_series(1, 10000) i, generate_series(1, 2) s;
+INSERT INTO counters (tenant, meter, period_start, stripe, counter)
+VALUES ('zz-ended', 'api_calls', '2026-01-01', 1, 'used=2 events=1 max=2 latest=2@2026-01-05T00:00:00Z'),
+       ('zz-ended', 'api_calls', '2026-01-01', 2, 'used=3 events=1 max=3 latest=3@2026-01-06T00:00:00Z');
+SELECT compact_counters();
+SELECT stripe, used(counter) FROM counters WHERE tenant = 'zz-ended';
+SELECT count(*) AS open_rows_left FROM counters WHERE tenant LIKE 'open-%';
+DELETE FROM counters WHERE tenant LIKE 'open-%' OR tenant = 'zz-ended';
 SELECT stripe, used(counter), events(counter) FROM counters
 WHERE tenant = 'globex' AND period_start = '2026-01-01';
 SELECT periods_compacted FROM maintain();
