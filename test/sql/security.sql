@@ -46,7 +46,8 @@ WHERE p.pronamespace = 'flagmeter'::regnamespace
   AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')
   AND NOT COALESCE(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false);
 -- and sets nothing else but jit = off, where the planner's estimate of a
--- small query would JIT-compile it on every call (30_catalog.sql says why):
+-- small query would JIT-compile it on every call (30_catalog.sql and
+-- 50_maintenance.sql say why):
 SELECT p.oid::regprocedure AS sets_more, c AS setting
 FROM pg_proc p, unnest(p.proconfig) c
 WHERE p.pronamespace = 'flagmeter'::regnamespace
