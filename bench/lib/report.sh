@@ -13,9 +13,19 @@ emit_row() {
 	echo "$*" >>"$RES/rows.tsv"
 }
 
+# ratio A B: A / B, two decimals (0 when B is 0)
+ratio() {
+	awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }'
+}
+
 # ratio_of A B: rate(A) / rate(B), two decimals
 ratio_of() {
-	awk -v a="$(rate_of "$1")" -v b="$(rate_of "$2")" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }'
+	ratio "$(rate_of "$1")" "$(rate_of "$2")"
+}
+
+# met VALUE MIN: "yes" when VALUE >= MIN, else "NO"
+met() {
+	awk -v v="$1" -v m="$2" 'BEGIN { print (v + 0 >= m + 0) ? "yes" : "NO" }'
 }
 
 # ratio_row WORKLOAD CLIENTS FM_LABEL PEER_LABEL PEER_NAME MIN_RATIO GATE NOTE
@@ -25,7 +35,7 @@ ratio_row() {
 	local wl=$1 clients=$2 fm=$3 peer=$4 peer_name=$5 min=$6 gate=$7 note=$8
 	local ratio met
 	ratio=$(ratio_of "$fm" "$peer")
-	met=$(awk -v r="$ratio" -v m="$min" 'BEGIN { print (r + 0 >= m + 0) ? "yes" : "NO" }')
+	met=$(met "$ratio" "$min")
 	if [[ -n $gate ]]; then
 		met=NO
 		note="$gate${note:+; $note}"
@@ -41,9 +51,9 @@ rate_row() {
 	local wl=$1 clients=$2 unit=$3 fm_rate=$4 fm_p95=$5 peer_name=$6 peer_rate=$7 peer_p95=$8
 	local min=$9 note=${10} ratio=- met
 	if [[ $peer_rate != - ]]; then
-		ratio=$(awk -v a="$fm_rate" -v b="$peer_rate" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }')
+		ratio=$(ratio "$fm_rate" "$peer_rate")
 	fi
-	met=$(awk -v r="$fm_rate" -v m="$min" 'BEGIN { print (r + 0 >= m + 0) ? "yes" : "NO" }')
+	met=$(met "$fm_rate" "$min")
 	emit_row "$wl" "$clients" "$unit" "$fm_rate" "$fm_p95" "$peer_name" "$peer_rate" "$peer_p95" \
 		"$ratio" ">= $min $unit" "$met" "$note"
 }

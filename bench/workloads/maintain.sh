@@ -92,12 +92,11 @@ wl_maintain_history() {
 	psql_q "VACUUM ANALYZE flagmeter.counters"
 	# as rates (runs per second), so the ratio reads like the others':
 	# 1.0 means the history costs nothing
-	local fm_rate peer_rate ratio met
+	local fm_rate peer_rate r
 	fm_rate=$(awk -v t="$with" 'BEGIN { printf "%.1f", 1000 / t }')
 	peer_rate=$(awk -v t="$without" 'BEGIN { printf "%.1f", 1000 / t }')
-	ratio=$(awk -v t="$with" -v p="$without" 'BEGIN { printf "%.2f", p / t }')
-	met=$(awk -v r="$ratio" 'BEGIN { print (r + 0 >= 0.8) ? "yes" : "NO" }')
+	r=$(ratio "$without" "$with")
 	emit_row maintain_history 1 runs/s "$fm_rate" - "same steps without history" "$peer_rate" - \
-		"$ratio" ">= 0.8 x peer" "$met" \
+		"$r" ">= 0.8 x peer" "$(met "$r" 0.8)" \
 		"compact_counters() + merge_idle_stripes(), first call of a fresh session, timed in the server, median of 5: ${with} ms with $HISTORY_PERIODS rows of ended periods, ${without} ms without"
 }
