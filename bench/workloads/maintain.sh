@@ -55,8 +55,8 @@ register_workload maintain_history \
 # pays for its plans), timed inside the server: the connection's own cost
 # would drown what the history costs.  ms, the median of five.
 counter_steps_ms() {
-	local i times=()
-	for i in 1 2 3 4 5; do
+	local times=() _
+	for _ in 1 2 3 4 5; do
 		times+=("$(psql_q "SELECT round(extract(epoch FROM clock_timestamp() - s.t0) * 1000, 1)
 		                   FROM (SELECT clock_timestamp() AS t0) s,
 		                        LATERAL (SELECT flagmeter.compact_counters(),
