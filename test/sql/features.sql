@@ -59,6 +59,15 @@ SELECT set_feature('free', 'sso');
 SELECT has_feature('acme', 'sso');
 ROLLBACK;
 SELECT has_feature('acme', 'sso');
+-- an override made earlier in the transaction counts at once, though
+-- the tenant had none when the backend last looked (entitlements.c keeps
+-- every override), and is gone with its rollback
+BEGIN;
+SELECT has_feature('acme', 'sso');
+SELECT override_feature('acme', 'sso', true);
+SELECT has_feature('acme', 'sso');
+ROLLBACK;
+SELECT has_feature('acme', 'sso');
 -- moving a tenant to another plan changes what it may do
 SELECT assign_plan('acme', 'pro', '2026-01-01', 'UTC');
 SELECT has_feature('acme', 'sso'), feature_config('acme', 'max_projects');
@@ -149,5 +158,35 @@ DELETE FROM features WHERE feature = 'support';
 SELECT count(*) FROM plan_features WHERE feature = 'support';
 SELECT count(*) FROM feature_overrides WHERE feature = 'support';
 SELECT has_feature('acme', 'support');
+
+-- Past 10 000 overrides the backend no longer keeps them all and reads
+-- each tenant's (the DEBUG1 line says so): the answers stay those of the
+-- tables, overridden tenants and the others alike.
+INSERT INTO tenants (tenant, plan, anchor, timezone)
+SELECT 'many-' || i, CASE WHEN i % 2 = 0 THEN 'pro' ELSE 'free' END, '2026-01-01', 'UTC'
+FROM generate_series(1, 10001) i;
+INSERT INTO feature_overrides (tenant, feature, enabled)
+SELECT 'many-' || i, 'sso', i % 4 < 2 FROM generate_series(1, 10000) i;
+SELECT count(*) AS overrides FROM feature_overrides;
+-- has_feature against the SQL definition for every one of them
+PREPARE many_answers AS
+SELECT count(*) FILTER (WHERE has_feature(t.tenant, 'sso') IS DISTINCT FROM tf.enabled)
+         AS disagreements,
+       count(*) FILTER (WHERE has_feature(t.tenant, 'sso')) AS granted
+FROM tenants t
+LEFT JOIN tenant_features tf ON tf.tenant = t.tenant AND tf.feature = 'sso'
+WHERE t.tenant LIKE 'many-%';
+SET client_min_messages = debug1;
+SELECT has_feature('many-1', 'sso'), has_feature('many-10001', 'sso');
+RESET client_min_messages;
+EXECUTE many_answers;
+-- at 10 000, the backend keeps them again (no DEBUG1 line): the same answers
+DELETE FROM feature_overrides WHERE tenant = 'many-1';
+SET client_min_messages = debug1;
+SELECT has_feature('many-1', 'sso'), has_feature('many-10001', 'sso');
+RESET client_min_messages;
+EXECUTE many_answers;
+DEALLOCATE many_answers;
+DELETE FROM tenants WHERE tenant LIKE 'many-%';
 
 DROP TABLE public.reports;
