@@ -400,7 +400,7 @@ read_override(const char *tenant, const char *feature, Snapshot snapshot, bool u
 	return true;
 }
 
-/* The plan's row for the feature; false when it has none. */
+/* The plan's row for the feature; false (not granted) when it has none. */
 static bool
 read_plan_row(const char *plan, const char *feature, Snapshot snapshot, bool use_cache,
 			  FeatureAnswer *answer)
@@ -428,12 +428,14 @@ read_plan_row(const char *plan, const char *feature, Snapshot snapshot, bool use
 	found = fm_pk_fetch("plan_features", 2, key, snapshot, 2, columns, values, nulls);
 	if (found)
 		*answer = answer_of_row(values, nulls);
+	else
+		*answer = (FeatureAnswer) {false, NULL};
 	if (may_store(use_cache))
 	{
 		entry = hash_search(plan_rows, &cache_key, HASH_ENTER, NULL);
 		entry->found = found;
-		entry->answer.enabled = found && answer->enabled;
-		entry->answer.config = found ? copy_to_cache(answer->config) : NULL;
+		entry->answer = *answer;
+		entry->answer.config = copy_to_cache(answer->config);
 	}
 	return found;
 }
