@@ -2,7 +2,8 @@
 // The API with two app instances on one database, as in production.
 const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
-const { createDatabase, until, startApp, call } = require('./helpers')
+const { createDatabase, until, startApp, call, databaseUrl } = require('./helpers')
+const { createApp } = require('../src/app')
 
 let db, a, b
 before(async () => {
@@ -151,4 +152,14 @@ test('/metrics: requests, latency, batches, events', async () => {
   assert.ok(batches >= 1 && batches <= calls, `${calls} calls in ${batches} batches`)
   assert.match(text, /^dashboard_usage_events_total\{result="counted"\} \d+/m)
   assert.match(text, /^dashboard_quota_events_total\{kind="blocked"\} 1$/m)
+})
+
+test("the app's connections run with jit off", async () => {
+  // the dashboard's reads of every tenant compile slower than they run
+  const app = createApp({ databaseUrl: databaseUrl(db), log: () => {} })
+  try {
+    assert.equal((await app.fm.pool.query('SHOW jit')).rows[0].jit, 'off')
+  } finally {
+    await app.close()
+  }
 })
