@@ -83,7 +83,7 @@ typedef struct KnownFeatureEntry
 	char		feature[FM_NAME_MAX_BYTES + 1];
 } KnownFeatureEntry;
 
-/* a plan's row for a feature (flagmeter.plan_features), or its absence */
+/* what a plan's row for a feature grants (not granted: no row) */
 typedef struct PlanRowKey
 {
 	char		plan[FM_NAME_MAX_BYTES + 1];
@@ -93,7 +93,6 @@ typedef struct PlanRowKey
 typedef struct PlanRowEntry
 {
 	PlanRowKey	key;
-	bool		found;
 	FeatureAnswer answer;		/* config in cache_cxt */
 } PlanRowEntry;
 
@@ -400,10 +399,9 @@ read_override(const char *tenant, const char *feature, Snapshot snapshot, bool u
 	return true;
 }
 
-/* The plan's row for the feature; false (not granted) when it has none. */
-static bool
-read_plan_row(const char *plan, const char *feature, Snapshot snapshot, bool use_cache,
-			  FeatureAnswer *answer)
+/* What the plan's row for the feature grants; not granted when it has none. */
+static FeatureAnswer
+read_plan_row(const char *plan, const char *feature, Snapshot snapshot, bool use_cache)
 {
 	static const char *const columns[] = {"enabled", "config"};
 	const char *key[2] = {plan, feature};
@@ -411,7 +409,7 @@ read_plan_row(const char *plan, const char *feature, Snapshot snapshot, bool use
 	PlanRowEntry *entry;
 	Datum		values[2];
 	bool		nulls[2];
-	bool		found;
+	FeatureAnswer answer = {false, NULL};
 
 	memset(&cache_key, 0, sizeof(cache_key));
 	strlcpy(cache_key.plan, plan, sizeof(cache_key.plan));
@@ -420,24 +418,17 @@ read_plan_row(const char *plan, const char *feature, Snapshot snapshot, bool use
 	{
 		entry = hash_search(plan_rows, &cache_key, HASH_FIND, NULL);
 		if (entry)
-		{
-			*answer = entry->answer;
-			return entry->found;
-		}
+			return entry->answer;
 	}
-	found = fm_pk_fetch("plan_features", 2, key, snapshot, 2, columns, values, nulls);
-	if (found)
-		*answer = answer_of_row(values, nulls);
-	else
-		*answer = (FeatureAnswer) {false, NULL};
+	if (fm_pk_fetch("plan_features", 2, key, snapshot, 2, columns, values, nulls))
+		answer = answer_of_row(values, nulls);
 	if (may_store(use_cache))
 	{
 		entry = hash_search(plan_rows, &cache_key, HASH_ENTER, NULL);
-		entry->found = found;
-		entry->answer = *answer;
-		entry->answer.config = copy_to_cache(answer->config);
+		entry->answer.enabled = answer.enabled;
+		entry->answer.config = copy_to_cache(answer.config);
 	}
-	return found;
+	return answer;
 }
 
 /*
@@ -450,18 +441,19 @@ read_feature(const char *tenant, const char *feature, bool use_cache)
 	static const char *const plan_columns[] = {"plan"};
 	Snapshot	snapshot = GetActiveSnapshot();
 	const char *tenant_key[1] = {tenant};
-	Datum		values[2];
-	bool		nulls[2];
+	Datum		plan_datum;
+	bool		plan_null;
 	FeatureAnswer answer = {false, NULL};
 	char	   *plan;
 
 	check_feature_exists(feature, snapshot, use_cache);
-	if (!fm_pk_fetch("tenants", 1, tenant_key, snapshot, 1, plan_columns, values, nulls))
+	if (!fm_pk_fetch("tenants", 1, tenant_key, snapshot, 1, plan_columns, &plan_datum,
+					 &plan_null))
 		return answer;			/* no plan, so no override either */
-	plan = TextDatumGetCString(values[0]);
-	if (!read_override(tenant, feature, snapshot, use_cache, &answer))
-		read_plan_row(plan, feature, snapshot, use_cache, &answer);
-	return answer;
+	plan = TextDatumGetCString(plan_datum);
+	if (read_override(tenant, feature, snapshot, use_cache, &answer))
+		return answer;
+	return read_plan_row(plan, feature, snapshot, use_cache);
 }
 
 static FeatureAnswer
