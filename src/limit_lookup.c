@@ -224,6 +224,17 @@ fm_load_limit(const char *tenant, const char *meter, bool read_only,
 						 "ids are compared exactly, case and spaces included.")));
 }
 
+/*
+ * The snapshot a limit is loaded in, as a statement would have it: the
+ * caller's in read-only (STABLE) calls, else a fresh one (READ COMMITTED)
+ * or the transaction's.
+ */
+static Snapshot
+load_snapshot(bool read_only)
+{
+	return read_only ? GetActiveSnapshot() : GetTransactionSnapshot();
+}
+
 void
 fm_load_limit_any(const char *tenant, const char *meter, bool read_only,
 				  FmLimit *limit)
@@ -254,15 +265,18 @@ fm_load_limit_any(const char *tenant, const char *meter, bool read_only,
 		if (!fm_shared_limit_get(watched_relids[0], tenant, meter, &loaded))
 		{
 			/*
-			 * Shared only when loaded in a snapshot taken after the
-			 * generation was read (READ COMMITTED, not read-only: a fresh
-			 * one), with this backend's plan cache of that generation: a
-			 * limit loaded from an older snapshot would otherwise carry the
-			 * generation of a change it does not show.
+			 * Shared only when loaded with this backend's plan cache of the
+			 * generation read here, and in a snapshot that shows every change
+			 * that generation counts: one taken after the read (READ
+			 * COMMITTED, not read-only: a fresh one), or an older one that
+			 * saw every changer end (shared_limits.c).  A limit loaded from
+			 * any other snapshot could carry the generation of a change it
+			 * does not show.
 			 */
 			uint64		generation = fm_shared_limits_generation();
-			bool		shareable = !read_only && !IsolationUsesXactSnapshot() &&
-			generation == limit_cache_generation;
+			bool		fresh = !read_only && !IsolationUsesXactSnapshot();
+			bool		shareable = generation == limit_cache_generation &&
+			(fresh || fm_shared_limits_seen_by(load_snapshot(read_only)));
 
 			load_limit_from_catalog(tenant, meter, read_only, &loaded);
 			if (shareable)
@@ -475,11 +489,7 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 	const PlanLimitEntry *pl;
 	Snapshot	snapshot;
 
-	/*
-	 * The snapshot a statement would have: the caller's in read-only (STABLE)
-	 * calls, else a fresh one (READ COMMITTED) or the transaction's.
-	 */
-	snapshot = read_only ? GetActiveSnapshot() : RegisterSnapshot(GetTransactionSnapshot());
+	snapshot = read_only ? load_snapshot(true) : RegisterSnapshot(load_snapshot(false));
 	assigned = fm_pk_fetch("tenants", 1, keys, snapshot, 3, tenant_columns, t, tnull);
 	if (assigned)
 		overridden = fm_pk_fetch("overrides", 2, keys, snapshot, 4, override_columns,

@@ -9,12 +9,20 @@
 #include "postgres.h"
 
 #include "limit.h"
+#include "utils/snapshot.h"
 
 /* from _PG_init: sets up the shared table when preloading, else nothing */
 extern void fm_shared_limits_init(void);
 
 /* the generation to store a limit with: read it before the load's snapshot */
 extern uint64 fm_shared_limits_generation(void);
+
+/*
+ * Whether a snapshot taken before the generation was read sees every change
+ * that generation counts (call it after reading the generation): then a
+ * limit loaded in it may be stored with that generation.
+ */
+extern bool fm_shared_limits_seen_by(Snapshot snapshot);
 
 /*
  * The limit, when the table has it in the current generation; scope is the
