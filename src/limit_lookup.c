@@ -83,8 +83,8 @@ typedef struct LimitCacheEntry
 } LimitCacheEntry;
 
 /*
- * Past this many entries the cache starts afresh: about 0.35 kB each, so at
- * most about 7 MB per backend.  A backend that serves more tenants loads
+ * Past this many entries the cache starts afresh: about 0.37 kB each, so at
+ * most about 7.4 MB per backend.  A backend that serves more tenants loads
  * them again, from the shared cache when flagmeter is preloaded (about a
  * microsecond each).
  */
