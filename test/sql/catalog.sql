@@ -155,6 +155,22 @@ CROSS JOIN meters m
 CROSS JOIN LATERAL limit_config(t.tenant, m.meter) c
 CROSS JOIN LATERAL limit_in_force(t.tenant, m.meter) f;
 SELECT * FROM limit_in_force('umbrella', 'tokens');
+-- The backend's cache starts afresh past 20 000 limits: 25 000 tenants met
+-- in one statement (so the cache empties in the middle of it) are each
+-- composed like the tenant with no plan above, and what the cache holds
+-- afterwards (about 5 000 limits) stays below 4 MB; all 25 000 kept, it
+-- would take more than 9.
+SELECT count(*) AS met,
+       count(*) FILTER (WHERE (f.aggregation, f.quota, f.period, f.mode, f.thresholds, f.anchor,
+                               f.timezone)
+                              IS DISTINCT FROM
+                              (s.aggregation, s.quota, s.period, s.mode, s.thresholds, s.anchor,
+                               s.timezone)) AS different
+FROM limit_in_force('stranger', 'api_calls') s,
+     generate_series(1, 25000) i,
+     LATERAL limit_in_force('nobody-' || i, 'api_calls') f;
+SELECT sum(total_bytes) < 4 * 1024 * 1024 AS below_4_mb
+FROM pg_backend_memory_contexts WHERE name = 'flagmeter limits';
 SELECT * FROM limit_in_force('acme', 'nope');			-- unknown meter: an error
 SELECT * FROM limit_in_force(NULL, 'api_calls');		-- the argument checks of the calls
 SELECT * FROM limit_in_force('', 'api_calls');
