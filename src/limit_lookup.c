@@ -46,12 +46,11 @@
  * pending invalidations, so a call never runs on a configuration older than
  * the last change committed before that lock (recount_current_period
  * relies on this).
- */
-/*
- * The names, not padded copies: a lookup's key points at the caller's
- * strings, and an entry's at copies in limit_cache_context.  Padded to
- * their maximum lengths the keys were half of an entry (631 bytes per
- * tenant and meter a backend met, 6.3 MB for 10 000 tenants).
+ *
+ * Keys hold the names, not padded copies: a lookup's key points at the
+ * caller's strings, and an entry's at copies in limit_cache_context.
+ * Padded to their maximum lengths the keys were half of an entry (631 bytes
+ * per tenant and meter a backend met, 6.3 MB for 10 000 tenants).
  */
 typedef struct LimitCacheKey
 {
