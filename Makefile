@@ -19,6 +19,7 @@ OBJS = \
 	src/limit_lookup.o \
 	src/shared_limits.o \
 	src/inflight.o \
+	src/pending.o \
 	src/decision.o \
 	src/usage_rows.o \
 	src/stripes.o \

@@ -33,6 +33,7 @@
 #include "inflight.h"
 #include "limit_lookup.h"
 #include "notify.h"
+#include "pending.h"
 #include "period.h"
 #include "pools.h"
 #include "reservations.h"
@@ -154,19 +155,23 @@ lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start
 	bool		isnull;
 	uint64		i;
 	FmCounter	in_flight = fm_empty_counter();
+	Snapshot	snapshot;
 
 	/* consumes in flight end first, or count as tracked (inflight.h) */
 	fm_inflight_before_lock(tenant, meter, period_start, now, &in_flight);
 	fm_period_args(args, tenant, meter, period_start);
 	args[3] = TimestampTzGetDatum(now);
-	fm_execute(stmt, args, NULL, false, 0);
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	fm_execute_snapshot(stmt, args, NULL, false, 0, snapshot);
 	for (i = 0; i < SPI_processed && !found; i++)
 		found = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 										   1, &isnull)) && !isnull;
 	if (!found)
 	{
 		fm_create_stripe0(args);
-		fm_execute(stmt, args, NULL, false, 0);
+		UnregisterSnapshot(snapshot);
+		snapshot = RegisterSnapshot(GetTransactionSnapshot());
+		fm_execute_snapshot(stmt, args, NULL, false, 0, snapshot);
 	}
 
 	*stripe0 = fm_empty_counter();
@@ -190,6 +195,9 @@ lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start
 			 tenant, meter);
 	if (grants)
 		fm_grants_from_result(tenant, meter, 3, false, grants);
+	/* the tracked usage not yet in the rows, as the statement saw the rows */
+	fm_pending_add_visible(tenant, meter, period_start, snapshot, tracked);
+	UnregisterSnapshot(snapshot);
 }
 
 static int
@@ -228,6 +236,7 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 	int64		room = 0;
 	bool		bounded = limit->limited && limit->hard;
 	uint64		i;
+	Snapshot	snapshot;
 
 	if (fm_inflight_consume_enabled())
 	{
@@ -258,7 +267,8 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 	fm_period_args(args, tenant, item->meter, item->period_start);
 	args[3] = Int64GetDatum(item->amount);
 	args[4] = TimestampTzGetDatum(now);
-	fm_execute(&consume_event_stmt, args, NULL, false, 0);
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	fm_execute_snapshot(&consume_event_stmt, args, NULL, false, 0, snapshot);
 	for (i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	row = SPI_tuptable->vals[i];
@@ -278,6 +288,8 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 	if (!OidIsValid(event_rel))
 		elog(ERROR, "consume inserted no event for tenant \"%s\" meter \"%s\"",
 			 tenant, item->meter);
+	fm_pending_add_visible(tenant, item->meter, item->period_start, snapshot, &tracked);
+	UnregisterSnapshot(snapshot);
 
 	/* the room stripe 0 has: quota - tracked - the event (< 0: none) */
 	fm_counter_report(fm_counter_add_event(&delta, item->amount, now));

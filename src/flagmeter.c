@@ -11,6 +11,7 @@
 #include "compat.h"
 #include "entitlements.h"
 #include "inflight.h"
+#include "pending.h"
 #include "limit_lookup.h"
 #include "notify.h"
 #include "shared_limits.h"
@@ -28,6 +29,7 @@ _PG_init(void)
 	fm_features_init();
 	fm_shared_limits_init();
 	fm_inflight_init();
+	fm_pending_init();
 	fm_notify_init();
 	MarkGUCPrefixReserved("flagmeter");
 }

@@ -130,6 +130,13 @@ fm_execute(FmStatement *st, Datum *values, const char *nulls,
 }
 
 int
+fm_execute_snapshot(FmStatement *st, Datum *values, const char *nulls,
+					bool read_only, long count, Snapshot snapshot)
+{
+	return execute_as_owner(st, values, nulls, read_only, count, snapshot);
+}
+
+int
 fm_execute_latest(FmStatement *st, Datum *values, const char *nulls, long count)
 {
 	return execute_as_owner(st, values, nulls, false, count, GetLatestSnapshot());

@@ -50,6 +50,10 @@ extern int	fm_execute(FmStatement *st, Datum *values, const char *nulls,
  * commit-time bookkeeping of notify.c, which must see what other
  * transactions committed before it took the commit lock.
  */
+/* The same in snapshot (a reader that adds what else it sees in it). */
+extern int	fm_execute_snapshot(FmStatement *st, Datum *values, const char *nulls,
+								bool read_only, long count, Snapshot snapshot);
+
 extern int	fm_execute_latest(FmStatement *st, Datum *values, const char *nulls,
 							  long count);
 

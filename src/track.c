@@ -18,6 +18,7 @@
 #include "event_keys.h"
 #include "grants.h"
 #include "limit_lookup.h"
+#include "pending.h"
 #include "period.h"
 #include "pools.h"
 #include "track_alerts.h"
@@ -77,14 +78,28 @@ record_event(const char *tenant, const char *meter, int64 amount, TimestampTz oc
 							 period_start, kind, NULL))
 		return false;
 
+	delta = fm_empty_counter();
+	fm_counter_report(fm_counter_add_event(&delta, amount, occurred_at));
+	if (key == NULL && fm_pending_track_enabled(limit))
+	{
+		bool		read_due;
+
+		/* one write: the event, its amount pending in shared memory */
+		if (fm_pending_add(tenant, meter, period_start, &delta, limit, &read_due))
+		{
+			fm_write_pending_event(tenant, meter, amount, occurred_at, key, period_start);
+			if (read_due)
+				fm_announce_after_pending_track(tenant, meter, limit, period_start);
+			return true;
+		}
+	}
+
 	/*
 	 * One statement (two when the stripe does not exist yet): the raw event
 	 * and the stripe's increment.  A stripe whose usage would overflow raises
 	 * 22003 and rolls the event back; so does the period's total when it is
 	 * read.
 	 */
-	delta = fm_empty_counter();
-	fm_counter_report(fm_counter_add_event(&delta, amount, occurred_at));
 	fm_write_event_to_stripe(tenant, meter, amount, occurred_at, key, period_start, &delta);
 	written = fm_stripe_written(0, 1);
 	if (limit->grants)

@@ -5,6 +5,7 @@
  *	  call (see fm_period_read_due).
  */
 #include "postgres.h"
+#include "utils/snapmgr.h"
 
 #include "catalog/pg_type.h"
 #include "common/int.h"
@@ -14,6 +15,7 @@
 #include "decision.h"
 #include "notify.h"
 #include "stripes.h"
+#include "pending.h"
 #include "track_alerts.h"
 #include "usage_rows.h"
 
@@ -156,4 +158,17 @@ fm_announce_after_track(const char *tenant, const char *meter, const FmLimit *li
 	args[5] = Int32GetDatum(limit->fingerprint);
 	args[6] = PointerGetDatum(&written->ctid);
 	fm_execute(&set_recheck_stmt, args, NULL, false, 0);
+}
+
+void
+fm_announce_after_pending_track(const char *tenant, const char *meter,
+								const FmLimit *limit, TimestampTz period_start)
+{
+	Snapshot	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	FmCounter	total = fm_scan_period(tenant, meter, period_start, snapshot);
+
+	UnregisterSnapshot(snapshot);
+	fm_announce_usage_level(tenant, meter, limit, period_start, &total);
+	fm_pending_set_recheck(tenant, meter, period_start, limit,
+						   fm_used_of(&total, limit->aggregation));
 }

@@ -58,4 +58,11 @@ extern void fm_announce_after_track(const char *tenant, const char *meter,
 									const FmLimit *limit, TimestampTz period_start,
 									const StripeWritten *written);
 
+/*
+ * The same after a track whose amount went to the period's pending usage
+ * (pending.c), whose entry said the period is due for a read.
+ */
+extern void fm_announce_after_pending_track(const char *tenant, const char *meter,
+											const FmLimit *limit, TimestampTz period_start);
+
 #endif							/* FLAGMETER_TRACK_ALERTS_H */

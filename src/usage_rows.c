@@ -12,10 +12,12 @@
 #include "utils/builtins.h"
 #include "access/xact.h"
 #include "utils/fmgroids.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/xid8.h"
 
 #include "counter.h"
+#include "pending.h"
 #include "pk_scan.h"
 #include "stripes.h"
 #include "usage_rows.h"
@@ -95,10 +97,15 @@ FmCounter
 fm_read_period(const char *tenant, const char *meter, TimestampTz period_start)
 {
 	Datum		args[3];
+	Snapshot	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	FmCounter	total;
 
 	fm_period_args(args, tenant, meter, period_start);
-	fm_execute(&read_period_stmt, args, NULL, false, 0);
-	return fm_merge_result_rows();
+	fm_execute_snapshot(&read_period_stmt, args, NULL, false, 0, snapshot);
+	total = fm_merge_result_rows();
+	fm_pending_add_visible(tenant, meter, period_start, snapshot, &total);
+	UnregisterSnapshot(snapshot);
+	return total;
 }
 
 FmCounter
@@ -155,6 +162,7 @@ fm_scan_period(const char *tenant, const char *meter, TimestampTz period_start,
 			fm_counter_report(fm_counter_merge(&total, DatumGetFmCounterP(d)));
 	}
 	fm_pk_scan_end(&s);
+	fm_pending_add_visible(tenant, meter, period_start, snapshot, &total);
 	return total;
 }
 
@@ -239,4 +247,28 @@ fm_write_event_to_stripe(const char *tenant, const char *meter, int64 amount,
 	if (SPI_processed != 1)
 		elog(ERROR, "track wrote " UINT64_FORMAT " counter rows of tenant \"%s\" meter \"%s\"",
 			 (uint64) SPI_processed, tenant, meter);
+}
+
+static FmStatement pending_event_stmt = {
+	"INSERT INTO flagmeter.events"
+	" (tenant, meter, amount, occurred_at, recorded_at, idempotency_key, period_start)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $7)",
+	7, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID}
+};
+
+void
+fm_write_pending_event(const char *tenant, const char *meter, int64 amount,
+					   TimestampTz occurred_at, const char *key,
+					   TimestampTz period_start)
+{
+	Datum		args[7];
+
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	args[2] = Int64GetDatum(amount);
+	args[3] = TimestampTzGetDatum(occurred_at);
+	args[4] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	args[5] = key ? CStringGetTextDatum(key) : (Datum) 0;
+	args[6] = TimestampTzGetDatum(period_start);
+	fm_execute(&pending_event_stmt, args, key ? NULL : "     n ", false, 0);
 }

@@ -97,4 +97,12 @@ extern void fm_write_event_to_stripe(const char *tenant, const char *meter, int6
 									 TimestampTz occurred_at, const char *key,
 									 TimestampTz period_start, const FmCounter *delta);
 
+/*
+ * What a track writes when its amount went to the period's pending usage
+ * (pending.c): the event alone, with the period it is pending in.
+ */
+extern void fm_write_pending_event(const char *tenant, const char *meter, int64 amount,
+								   TimestampTz occurred_at, const char *key,
+								   TimestampTz period_start);
+
 #endif							/* FLAGMETER_USAGE_ROWS_H */

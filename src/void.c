@@ -14,12 +14,14 @@
 #include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "args.h"
 #include "counter.h"
 #include "limit_lookup.h"
 #include "notify.h"
+#include "pending.h"
 #include "period.h"
 #include "stripes.h"
 #include "usage_rows.h"
@@ -339,6 +341,13 @@ void_in_counters(const char *tenant, const VoidItem *item)
 		voided = void_from_stripe0(&p, item->amount, &total);
 	if (!voided && !void_merging_all(&p, item->amount, &total))
 		return;
+	{
+		/* and the usage pending in shared memory (pending.c) */
+		Snapshot	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+
+		fm_pending_add_visible(tenant, item->meter, period_start, snapshot, &total);
+		UnregisterSnapshot(snapshot);
+	}
 
 	/* back under a hard limit: unblocked, if it was blocked */
 	if (limit.limited && limit.hard &&

@@ -625,6 +625,7 @@ BEGIN
 	END IF;
 	LOCK TABLE flagmeter.counters IN SHARE ROW EXCLUSIVE MODE;
 	DELETE FROM flagmeter.counters c WHERE c.tenant = delete_usage.tenant OR c.meter = delete_usage.meter;
+	PERFORM flagmeter.pending_drop(tenant, meter, NULL);
 	DELETE FROM flagmeter.events e WHERE e.tenant = delete_usage.tenant OR e.meter = delete_usage.meter;
 	DELETE FROM flagmeter.rollup_hour h WHERE h.tenant = delete_usage.tenant OR h.meter = delete_usage.meter;
 	DELETE FROM flagmeter.rollup_day d WHERE d.tenant = delete_usage.tenant OR d.meter = delete_usage.meter;
@@ -730,6 +731,7 @@ SELECT EXISTS (SELECT FROM flagmeter.counters c
     OR EXISTS (SELECT FROM flagmeter.rollup_day r
                WHERE r.meter OPERATOR(pg_catalog.=) $1
                  AND flagmeter.events(r.counter) OPERATOR(pg_catalog.>) 0)
+    OR flagmeter.has_pending_events(NULL, $1)
 $$;
 COMMENT ON FUNCTION flagmeter.meter_has_usage(text) IS
 'whether a meter has recorded usage (an event in its counters or rollups)';
@@ -1017,6 +1019,7 @@ BEGIN
 	FOR r IN
 		SELECT u.tenant, u.meter FROM unnest(changed_tenants, changed_meters) u(tenant, meter)
 		WHERE EXISTS (SELECT FROM flagmeter.counters c WHERE c.tenant = u.tenant AND c.meter = u.meter)
+		   OR flagmeter.has_pending_events(u.tenant, u.meter)
 	LOOP
 		PERFORM flagmeter.review_usage(r.tenant, r.meter);
 	END LOOP;

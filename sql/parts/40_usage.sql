@@ -41,7 +41,10 @@ CREATE TABLE flagmeter.events (
 	occurred_at		timestamptz NOT NULL,
 	recorded_at		timestamptz NOT NULL,
 	idempotency_key	text,
-	xid				bigint NOT NULL DEFAULT flagmeter.xid_int(pg_catalog.pg_current_xact_id())
+	xid				bigint NOT NULL DEFAULT flagmeter.xid_int(pg_catalog.pg_current_xact_id()),
+	-- the period the amount is pending in (src/pending.c), NULL when a
+	-- counter row took it as the event was written
+	period_start	timestamptz
 ) PARTITION BY RANGE (recorded_at);
 CREATE TABLE flagmeter.events_default PARTITION OF flagmeter.events DEFAULT;
 
@@ -75,6 +78,8 @@ COMMENT ON FUNCTION flagmeter.index_event_partition(regclass) IS
 SELECT flagmeter.index_event_partition('flagmeter.events_default');
 COMMENT ON TABLE flagmeter.events IS
 'every recorded event, never updated (voids are logged in voids; a refused consume deletes the event it inserted), partitioned by recorded_at day';
+COMMENT ON COLUMN flagmeter.events.period_start IS
+'not NULL: the event was written alone, its amount pending in shared memory in this period; in no counter row while xid is at or above maintenance_state.counted_through';
 COMMENT ON TABLE flagmeter.events_default IS
 'events recorded on a day that has no partition yet (maintain() creates them ahead)';
 
@@ -233,6 +238,29 @@ COMMENT ON FUNCTION flagmeter.void(text, text) IS
 
 -- Recount after the boundaries of the current period moved --------------------
 
+-- Pending usage (src/pending.c) outside shared memory: events written alone
+-- that no counter row holds yet.
+CREATE FUNCTION flagmeter.has_pending_events(tenant text, meter text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'fm_has_pending_events'
+LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION flagmeter.has_pending_events(text, text) IS
+'whether a tenant''s (NULL: any) usage of a meter (NULL: any) has events written alone that no counter row holds yet';
+
+CREATE FUNCTION flagmeter.counted_through()
+RETURNS xid8
+AS 'MODULE_PATHNAME', 'fm_counted_through'
+LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION flagmeter.counted_through() IS
+'maintenance_state.counted_through (read as the owner): pending events of transactions below it are in the counter rows';
+
+CREATE FUNCTION flagmeter.pending_drop(tenant text, meter text, period_start timestamptz)
+RETURNS void
+AS 'MODULE_PATHNAME', 'fm_pending_drop'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.pending_drop(text, text, timestamptz) IS
+'the pending usage in shared memory of a tenant, meter and period (NULL: all) is gone for whoever sees this transaction committed (delete_usage, which holds SHARE ROW EXCLUSIVE on flagmeter.counters)';
+
 -- Called by the catalog functions when a change of period kind, anchor or
 -- time zone moves the boundaries of the current period of (tenant, meter):
 -- its counter is rebuilt from the raw events.  The SHARE ROW EXCLUSIVE lock
@@ -255,7 +283,8 @@ BEGIN
 	-- under the old boundaries.
 	IF NOT EXISTS (SELECT FROM flagmeter.counters c
 	               WHERE c.tenant = recount_current_period.tenant
-	                 AND c.meter = recount_current_period.meter) THEN
+	                 AND c.meter = recount_current_period.meter)
+	   AND NOT flagmeter.has_pending_events(tenant, meter) THEN
 		RETURN;
 	END IF;
 	LOCK TABLE flagmeter.counters IN SHARE ROW EXCLUSIVE MODE;
@@ -275,6 +304,9 @@ BEGIN
 	FROM flagmeter.events e
 	WHERE e.tenant = recount_current_period.tenant AND e.meter = recount_current_period.meter
 	  AND e.occurred_at >= b.period_start AND e.occurred_at < b.period_end
+	  -- the period's usage still pending (src/pending.c) stays pending
+	  AND NOT (e.period_start IS NOT NULL AND e.period_start = b.period_start
+	           AND e.xid >= flagmeter.xid_int(flagmeter.counted_through()))
 	  AND NOT EXISTS (SELECT FROM flagmeter.event_keys k
 	                  WHERE k.tenant = e.tenant AND k.idempotency_key = e.idempotency_key
 	                    AND k.meter = e.meter AND k.voided_at IS NOT NULL)

@@ -100,6 +100,7 @@ CREATE TABLE flagmeter.maintenance_state (
 	singleton			boolean PRIMARY KEY DEFAULT true CONSTRAINT maintenance_state_singleton CHECK (singleton),
 	system_identifier	bigint,
 	folded_through		xid8 NOT NULL DEFAULT '0',
+	counted_through		xid8 NOT NULL DEFAULT '0',
 	runs				bigint NOT NULL DEFAULT 0,
 	last_run_at			timestamptz,
 	last_run_duration	interval,
@@ -122,7 +123,8 @@ SELECT COALESCE(m.folded_through, '0'::xid8) AS folded_through,
        COALESCE(m.total_voids_folded, 0) AS total_voids_folded,
        COALESCE(m.resync_sent_through, 0) AS resync_sent_through,
        m.resync_sent_at,
-       m.system_identifier
+       m.system_identifier,
+       COALESCE(m.counted_through, '0'::xid8) AS counted_through
 FROM (VALUES (true)) AS one(singleton)
 LEFT JOIN flagmeter.maintenance_state m ON m.singleton;
 COMMENT ON VIEW flagmeter.current_state IS
@@ -488,6 +490,70 @@ END $$;
 COMMENT ON FUNCTION flagmeter.merge_idle_stripes(xid8) IS
 'merges the track stripes of each period that no transaction holds and that were last written below written_before into its merged stripe (32767); returns how many periods it merged';
 
+-- Pending usage (src/pending.c): track's amounts that no counter row holds
+-- yet, in shared memory when flagmeter is preloaded, always in the events
+-- (period_start not NULL, xid at or above counted_through).
+CREATE FUNCTION flagmeter.fold_pending()
+RETURNS xid8
+AS 'MODULE_PATHNAME', 'fm_fold_pending'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.fold_pending() IS
+'maintain()''s fold of the pending usage shared memory holds into the merged stripes; returns the new counted_through, NULL when there is nothing it may fold now';
+
+CREATE FUNCTION flagmeter.pending_in_memory()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'fm_pending_in_memory'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.pending_in_memory() IS
+'whether shared memory holds this database''s pending usage (flagmeter preloaded, rebuilt since the start)';
+
+CREATE FUNCTION flagmeter.pending_forget()
+RETURNS void
+AS 'MODULE_PATHNAME', 'fm_pending_forget'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.pending_forget() IS
+'empties shared memory of this database''s pending usage, to be rebuilt from the events at the next call (after_restore)';
+
+CREATE FUNCTION flagmeter.pending_events_folded()
+RETURNS void
+AS 'MODULE_PATHNAME', 'fm_pending_events_folded'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.pending_events_folded() IS
+'after fold_pending_events: shared memory holds this database''s (now empty) pending usage once the transaction commits';
+
+CREATE FUNCTION flagmeter.pending_usage_stats(
+	OUT status text, OUT periods bigint, OUT transactions bigint,
+	OUT added bigint, OUT no_room bigint, OUT folded bigint, OUT rebuilt bigint,
+	OUT slots bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'fm_pending_usage_stats'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION flagmeter.pending_usage_stats() IS
+'where this database''s pending usage is read from, its periods and unsettled transactions in shared memory, and since the server started: amounts added, tracks sent to a stripe for want of room, periods folded, rebuilds';
+
+-- The pending events of transactions in [low, high) into the merged stripes:
+-- maintain() when shared memory does not hold them.
+CREATE FUNCTION flagmeter.fold_pending_events(low xid8, high xid8)
+RETURNS bigint
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	WITH folded AS (
+		INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)
+		SELECT e.tenant, e.meter, e.period_start, 32767,
+		       flagmeter.quota_counter_agg(e.amount, e.occurred_at)
+		FROM flagmeter.events e
+		WHERE e.period_start IS NOT NULL
+		  AND e.xid >= flagmeter.xid_int(low) AND e.xid < flagmeter.xid_int(high)
+		GROUP BY e.tenant, e.meter, e.period_start
+		ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE
+		SET counter = c.counter OPERATOR(flagmeter.+) excluded.counter
+		RETURNING 1)
+	SELECT count(*) FROM folded;
+$$;
+COMMENT ON FUNCTION flagmeter.fold_pending_events(xid8, xid8) IS
+'adds the pending events of transactions in [low, high) to their periods'' merged stripes; returns how many periods it wrote';
+
 CREATE FUNCTION flagmeter.maintain(
 	OUT events_folded bigint, OUT voids_folded bigint,
 	OUT partitions_created integer, OUT partitions_dropped integer,
@@ -500,6 +566,8 @@ DECLARE
 	started timestamptz := clock_timestamp();
 	low xid8;
 	high xid8;
+	counted_low xid8;
+	counted xid8;
 	cluster bigint;
 	cutoff timestamptz;
 BEGIN
@@ -529,6 +597,19 @@ BEGIN
 		high := low;
 		events_folded := 0;
 		voids_folded := 0;
+	END IF;
+
+	-- Pending usage into the counter rows, before compaction reads them.
+	SELECT m.counted_through INTO counted_low FROM flagmeter.maintenance_state m;
+	IF flagmeter.pending_in_memory() THEN
+		counted := flagmeter.fold_pending();
+	ELSIF pg_snapshot_xmin(pg_current_snapshot()) > counted_low THEN
+		counted := pg_snapshot_xmin(pg_current_snapshot());
+		PERFORM flagmeter.fold_pending_events(counted_low, counted);
+		PERFORM flagmeter.pending_events_folded();
+	END IF;
+	IF counted > counted_low THEN
+		UPDATE flagmeter.maintenance_state SET counted_through = counted;
 	END IF;
 
 	cutoff := now() - (SELECT s.retention FROM flagmeter.current_settings s);
@@ -659,6 +740,12 @@ BEGIN
 	-- everything the old cluster had not folded: all of it has committed
 	SELECT f.events_folded, f.voids_folded INTO events_folded, voids_folded
 	FROM flagmeter.fold_band(low, '18446744073709551615'::xid8) f;
+	-- and its pending usage into the counter rows; what shared memory read
+	-- of it here (old ids) is rebuilt from the renumbered events
+	PERFORM flagmeter.fold_pending_events(
+		(SELECT m.counted_through FROM flagmeter.maintenance_state m),
+		'18446744073709551615'::xid8);
+	PERFORM flagmeter.pending_forget();
 
 	-- below this cluster's xmin, so that no copied row looks unfolded
 	UPDATE flagmeter.events e SET xid = 0 WHERE e.xid <> 0;
@@ -669,7 +756,8 @@ BEGIN
 
 	UPDATE flagmeter.maintenance_state
 	SET system_identifier = here,
-	    folded_through = pg_snapshot_xmin(pg_current_snapshot());
+	    folded_through = pg_snapshot_xmin(pg_current_snapshot()),
+	    counted_through = pg_snapshot_xmin(pg_current_snapshot());
 END $$;
 COMMENT ON FUNCTION flagmeter.after_restore() IS
 'run once after restoring a dump into another cluster, before tracking resumes: folds what was not folded and renumbers the copied events so maintain() can go on';

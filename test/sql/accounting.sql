@@ -164,6 +164,8 @@ SELECT used(usage('b1', 'api_calls', '2026-02-01')) AS b1_calls,
 -- other transaction holds, kept for the rest of the transaction; past 16
 -- periods in one transaction (each tag is a lock table entry), and always in
 -- REPEATABLE READ and track_batch: the backend's own stripe, above the shared ones.
+-- (A track whose amount goes to shared memory writes no stripe: src/pending.c.)
+SET flagmeter.one_write_track = off;
 SET flagmeter.stripes = 4;
 BEGIN;
 SELECT count(track('striped-' || i, 'api_calls')) FROM generate_series(1, 20) i;
@@ -197,6 +199,7 @@ WHERE locktype = 'advisory' AND pid = pg_backend_pid();
 COMMIT;
 SELECT stripe, used(counter) FROM counters WHERE tenant = 'striped-sub';
 RESET flagmeter.stripes;
+RESET flagmeter.one_write_track;
 
 -- Bad input: a specific SQLSTATE, and nothing written --------------------------------
 SELECT count(*) AS events_before FROM events \gset

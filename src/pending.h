@@ -1,0 +1,54 @@
+/*
+ * pending.h
+ *	  Usage not yet in the counter rows, in shared memory: how track
+ *	  writes one row (pending.c).
+ */
+#ifndef FLAGMETER_PENDING_H
+#define FLAGMETER_PENDING_H
+
+#include "postgres.h"
+#include "datatype/timestamp.h"
+#include "utils/snapshot.h"
+
+#include "counter_core.h"
+#include "limit.h"
+
+/* from _PG_init: flagmeter.pending_periods and flagmeter.one_write_track */
+extern void fm_pending_init(void);
+
+/*
+ * Whether a track of limit's meter may write its event only: flagmeter is
+ * preloaded with a pending table, flagmeter.one_write_track is on, the
+ * meter sums or counts without credit grants or a pool, and this
+ * database's pending usage is in the table (rebuilt after a restart).
+ */
+extern bool fm_pending_track_enabled(const FmLimit *limit);
+
+/*
+ * Add delta to the period's pending usage under this transaction; false
+ * when the table has no room (the caller then writes a stripe).  On true,
+ * *read_due says whether the period must be read for its alerts (the
+ * entry's recheck figure, as a stripe's, was reached).
+ */
+extern bool fm_pending_add(const char *tenant, const char *meter,
+						   TimestampTz period_start, const FmCounter *delta,
+						   const FmLimit *limit, bool *read_due);
+
+/* After a read for alerts found used: the next figure to read at. */
+extern void fm_pending_set_recheck(const char *tenant, const char *meter,
+								   TimestampTz period_start, const FmLimit *limit,
+								   int64 used);
+
+/*
+ * Merge into *total the period's pending usage that snapshot sees: the
+ * amounts of transactions it sees as committed (and this transaction's
+ * own), and folds whose transaction it does not see committed.  Where
+ * the table does not hold this database's pending usage (a standby,
+ * before the rebuild), the pending events are read from the table
+ * instead, in the same snapshot.
+ */
+extern void fm_pending_add_visible(const char *tenant, const char *meter,
+								   TimestampTz period_start, Snapshot snapshot,
+								   FmCounter *total);
+
+#endif							/* FLAGMETER_PENDING_H */
