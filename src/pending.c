@@ -625,16 +625,18 @@ fm_pending_add(const char *tenant, const char *meter, TimestampTz period_start,
 			break;
 	if (s < 0)
 	{
-		s = take_slot(p);
-		if (s < 0)
+		/*
+		 * Keep a period's slots few: those of transactions every snapshot
+		 * sees ended settle (while maintain takes its boundary, none).
+		 */
+		if (e->nslots >= FM_PENDING_SLOTS_PER_PERIOD)
 		{
 			uint64		high = pg_atomic_read_u64(&state->fold_high);
 
-			/* while maintain takes its boundary, settle nothing */
 			if (high != PG_UINT64_MAX)
 				settle_slots(p, e, high);
-			s = take_slot(p);
 		}
+		s = take_slot(p);
 		if (s < 0)
 		{
 			if (entry_unused(e))
