@@ -1365,6 +1365,12 @@ fm_pending_drop(PG_FUNCTION_ARGS)
 		{
 			PendingSlot *slot = &state->slots[s];
 
+			/* an earlier drop that rolled back does not count */
+			if (TransactionIdIsValid(slot->gone_in) &&
+				!TransactionIdIsCurrentTransactionId(slot->gone_in) &&
+				!TransactionIdIsInProgress(slot->gone_in) &&
+				!TransactionIdDidCommit(slot->gone_in))
+				slot->gone_in = InvalidTransactionId;
 			if (!TransactionIdIsValid(slot->gone_in) &&
 				(TransactionIdIsCurrentTransactionId(slot->xid) ||
 				 (!TransactionIdIsInProgress(slot->xid) &&

@@ -15,9 +15,10 @@
 #   regress    pg_regress, test/sql/*.sql vs test/expected/*.out
 #   isolation  pg_isolation_regress, test/specs/*.spec
 #   regress_row_lock, isolation_row_lock
-#              the same two with flagmeter.lock_free_consume = off: every
-#              consume decides under stripe 0's row lock, as without
-#              flagmeter preloaded
+#              the same two with flagmeter.lock_free_consume = off and
+#              flagmeter.one_write_track = off: every consume decides under
+#              stripe 0's row lock and every track writes a stripe, as
+#              without flagmeter preloaded
 #   tap        prove, test/t/*.pl (these start their own clusters with
 #              PostgreSQL::Test::Cluster; only PGXS's bindir on PATH matters)
 #   fuzz       `make fuzz-smoke`: a short libFuzzer run on the quota_counter
@@ -322,17 +323,18 @@ main() {
 	else
 		fm_log "suite isolation: no test/specs/*.spec, skipped"
 	fi
-	# The same two again with consumes deciding under stripe 0's row lock,
-	# as they do without flagmeter preloaded (src/inflight.c), in output
+	# The same two again with consumes deciding under stripe 0's row lock
+	# and tracks writing stripes, as they do without flagmeter preloaded
+	# (src/inflight.c, src/pending.c), in output
 	# directories of their own (the later --outputdir wins); a test whose
 	# output differs between the two ways has a second expected file, _1.
 	if has_files "$FM_SRC/test/sql/*.sql"; then
-		PGOPTIONS="-c flagmeter.lock_free_consume=off" run_suite regress_row_lock \
+		PGOPTIONS="-c flagmeter.lock_free_consume=off -c flagmeter.one_write_track=off" run_suite regress_row_lock \
 			count_regress ISOLATION= TAP_TESTS= \
 			EXTRA_REGRESS_OPTS=--outputdir=output_row_lock
 	fi
 	if has_files "$FM_SRC/test/specs/*.spec"; then
-		PGOPTIONS="-c flagmeter.lock_free_consume=off" run_suite isolation_row_lock \
+		PGOPTIONS="-c flagmeter.lock_free_consume=off -c flagmeter.one_write_track=off" run_suite isolation_row_lock \
 			count_regress REGRESS= TAP_TESTS= \
 			EXTRA_REGRESS_OPTS=--outputdir=output_iso_row_lock
 	fi

@@ -1,0 +1,115 @@
+-- One write per track (src/pending.c): preloaded, a track of a sum or count
+-- meter without a key, credit grants or a pool writes its event only, with
+-- the period it counts in; its amount is pending in shared memory until
+-- maintain() folds it into the period's merged stripe.  Every read adds
+-- the pending amounts its snapshot sees.  (make test runs the suite again
+-- with flagmeter.one_write_track = off; this file turns it on.)
+SET client_min_messages = warning;
+DROP EXTENSION flagmeter CASCADE;
+CREATE EXTENSION flagmeter;
+RESET client_min_messages;
+SET search_path = flagmeter, public;
+SET TimeZone = 'UTC';
+SET flagmeter.one_write_track = on;
+\set SHOW_CONTEXT never
+
+SELECT define_meter('calls'), define_meter('peak', 'max'), define_plan('p'),
+       set_limit('p', 'calls', 10, 'month', 'hard', '{80,100}'),
+       assign_plan('acme', 'p', '2026-01-01 00:00:00+00', 'UTC');
+SELECT status, periods, transactions FROM pending_usage_stats();
+
+-- One write: the event, with its period; no counter row
+SELECT track('acme', 'calls', 3);
+SELECT count(*) AS counter_rows FROM counters WHERE tenant = 'acme';
+SELECT amount, period_start = date_trunc('month', now()) AS pending_in_this_month
+FROM events WHERE tenant = 'acme';
+SELECT used(usage('acme', 'calls')) AS used, remaining FROM flagmeter.check('acme', 'calls');
+
+-- A transaction sees its own pending usage; rolled back (or a rolled-back
+-- subtransaction), it leaves none
+BEGIN;
+SELECT track('acme', 'calls', 2);
+SELECT used(usage('acme', 'calls')) AS own_uncommitted;
+ROLLBACK;
+BEGIN;
+SAVEPOINT s;
+SELECT track('acme', 'calls', 4);
+ROLLBACK TO SAVEPOINT s;
+SELECT track('acme', 'calls', 1);
+SELECT used(usage('acme', 'calls')) AS after_savepoint;
+COMMIT;
+SELECT used(usage('acme', 'calls')) AS committed;
+
+-- Alerts: the track that takes the period to 80 % announces it
+SELECT track('acme', 'calls', 4);
+SELECT kind, threshold, used, quota FROM outbox
+WHERE tenant = 'acme' AND kind IN ('threshold', 'blocked') ORDER BY version;
+
+-- consume counts the pending usage: 2 more reach the quota, 1 more does not fit
+SELECT granted, used, remaining FROM consume('acme', 'calls', 2);
+SELECT granted, used, remaining FROM consume('acme', 'calls', 1);
+SELECT kind, threshold, used FROM outbox
+WHERE tenant = 'acme' AND kind IN ('threshold', 'blocked') ORDER BY version;
+
+-- A max meter, a keyed track and a refused write keep their stripes
+SELECT track('acme', 'peak', 5), track('acme', 'calls', 0, now(), 'k-1');
+SELECT meter, stripe > 0 AS track_stripe, used(counter) FROM counters
+WHERE tenant = 'acme' ORDER BY meter, stripe;
+SELECT count(*) FILTER (WHERE period_start IS NOT NULL) AS pending_events,
+       count(*) FILTER (WHERE period_start IS NULL) AS counted_events
+FROM events WHERE tenant = 'acme';
+
+-- A sum that would overflow is refused, nothing written
+SELECT count(*) AS events_before FROM events \gset
+SELECT track('acme', 'calls', 9223372036854775807);
+SELECT count(*) - :events_before AS events_written FROM events;
+
+-- A transaction with pending usage cannot be prepared
+BEGIN;
+SELECT track('globex', 'calls');
+PREPARE TRANSACTION 'fm-pending';
+SELECT used(usage('globex', 'calls')) AS globex_after_refused_prepare;
+
+-- maintain() folds the settled amounts into the merged stripe (32767) and
+-- moves counted_through past their transactions: usage stays the same
+SELECT used(usage('acme', 'calls')) AS before_fold;
+SELECT 1 AS maintained FROM maintain();
+SELECT stripe, used(counter) FROM counters
+WHERE tenant = 'acme' AND meter = 'calls' ORDER BY stripe;
+SELECT used(usage('acme', 'calls')) AS after_fold, remaining FROM flagmeter.check('acme', 'calls');
+SELECT count(*) AS still_pending FROM events e, current_state s
+WHERE e.tenant = 'acme' AND e.period_start IS NOT NULL
+  AND e.xid >= xid_int(s.counted_through);
+SELECT has_pending_events('acme', 'calls') AS acme_pending;
+SELECT track('acme', 'calls', 0);
+SELECT has_pending_events('acme', NULL) AS acme_pending_again;
+
+-- recount_current_period leaves the pending usage pending and counts the
+-- rest into stripe 0: the total stays
+SELECT track('initech', 'calls', 2), track('initech', 'calls', 3, now(), 'k-2');
+SELECT recount_current_period('initech', 'calls');
+SELECT used(usage('initech', 'calls')) AS initech_after_recount;
+SELECT stripe, used(counter) FROM counters WHERE tenant = 'initech' ORDER BY stripe;
+
+-- delete_usage takes the pending usage with the rows; rolled back, it stays
+BEGIN;
+SELECT delete_usage('initech', NULL);
+SELECT used(usage('initech', 'calls')) AS deleted_in_transaction;
+ROLLBACK;
+SELECT used(usage('initech', 'calls')) AS after_rollback;
+SELECT delete_usage('initech', NULL);
+SELECT used(usage('initech', 'calls')) AS after_delete;
+SELECT has_pending_events('initech', NULL) AS initech_pending;
+SELECT pending_drop('acme', NULL, NULL);
+
+-- With one_write_track off, the same call writes a stripe; both count
+SET flagmeter.one_write_track = off;
+SELECT track('acme', 'calls', 0, '2026-01-05 00:00:00+00'), track('hooli', 'calls', 7);
+SELECT count(*) AS hooli_rows FROM counters WHERE tenant = 'hooli';
+RESET flagmeter.one_write_track;
+SELECT track('hooli', 'calls', 5);
+SELECT used(usage('hooli', 'calls')) AS hooli_both_ways;
+
+SELECT status, periods > 0 AS has_periods, added > 0 AS added, folded > 0 AS folded,
+       rebuilt > 0 AS rebuilt, no_room
+FROM pending_usage_stats();
