@@ -250,9 +250,18 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 		{
 			if (outcome == FM_INFLIGHT_GRANTED)
 			{
+				bool		read_due;
+
+				/* written as track writes it: one row when it may (pending.c) */
 				fm_counter_report(fm_counter_add_event(&delta, item->amount, now));
-				fm_write_event_to_stripe(tenant, item->meter, item->amount, now, NULL,
-										 item->period_start, &delta);
+				if (fm_pending_track_enabled(limit) &&
+					fm_pending_add(tenant, item->meter, item->period_start, &delta, limit,
+								   &read_due))
+					fm_write_pending_event(tenant, item->meter, item->amount, now, NULL,
+										   item->period_start);
+				else
+					fm_write_event_to_stripe(tenant, item->meter, item->amount, now, NULL,
+											 item->period_start, &delta);
 				fm_announce_usage_level(tenant, item->meter, limit, item->period_start,
 										&counted);
 			}

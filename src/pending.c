@@ -44,9 +44,12 @@
  * top-level transaction id, the one events.xid records.
  *
  * No call fails for want of room: a full table or pool sends the track to
- * a stripe, its event written with period_start NULL.  A transaction with
- * pending amounts cannot be prepared (its events would be invisible to a
- * rebuild after a crash while it stays prepared).
+ * a stripe, its event written with period_start NULL.
+ *
+ * A prepared transaction outlives a restart, and a rebuild cannot see its
+ * events: before it is prepared, its pending amounts go into the backend's
+ * own stripes and its events are marked counted (prepare_as_rows), as if
+ * it had tracked with two writes.
  */
 #include "postgres.h"
 #include "fmgr.h"
@@ -1215,6 +1218,78 @@ fm_pending_usage_stats(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
 }
 
+/* One period's pending amount of this transaction, for prepare_as_rows. */
+typedef struct OwnAmount
+{
+	PendingKey	key;
+	FmCounter	amount;
+} OwnAmount;
+
+/*
+ * Before PREPARE TRANSACTION: take this transaction's slots out of the
+ * table and write their amounts into the backend's own stripes, and mark
+ * its events counted.  Its committed subtransactions' slots count as its
+ * own; those of subtransactions that rolled back are left to settle (they
+ * count for no one).
+ */
+static void
+prepare_as_rows(void)
+{
+	HASH_SEQ_STATUS seq;
+	PendingEntry *e;
+	OwnAmount  *own = NULL;
+	int			nown = 0;
+	int			maxown = 0;
+	int			p;
+	int			i;
+
+	for (p = 0; p < FM_PENDING_PARTITIONS; p++)
+		LWLockAcquire(partition_lock(p), LW_EXCLUSIVE);
+	hash_seq_init(&seq, entries);
+	while ((e = hash_seq_search(&seq)) != NULL)
+	{
+		int32	   *link = &e->first_slot;
+
+		p = partition_of(get_hash_value(entries, &e->key));
+		while (*link >= 0)
+		{
+			PendingSlot *slot = &state->slots[*link];
+			int32		s = *link;
+
+			if (!TransactionIdIsCurrentTransactionId(slot->xid))
+			{
+				link = &slot->next;
+				continue;
+			}
+			if (nown == maxown)
+			{
+				maxown = Max(16, maxown * 2);
+				/* TopTransactionContext: an error releases the locks and it */
+				own = own ? repalloc(own, sizeof(OwnAmount) * maxown) :
+					MemoryContextAlloc(TopTransactionContext, sizeof(OwnAmount) * maxown);
+			}
+			own[nown].key = e->key;
+			own[nown].amount = slot->amount;
+			nown++;
+			*link = slot->next;
+			e->nslots--;
+			give_slot(p, s);
+		}
+	}
+	for (p = FM_PENDING_PARTITIONS - 1; p >= 0; p--)
+		LWLockRelease(partition_lock(p));
+
+	/* the statement that prepares has ended: no snapshot is active */
+	PushActiveSnapshot(GetTransactionSnapshot());
+	SPI_connect();
+	for (i = 0; i < nown; i++)
+		fm_add_to_own_stripe(own[i].key.tenant, own[i].key.meter, own[i].key.period_start,
+							 &own[i].amount);
+	fm_unpend_own_events();
+	SPI_finish();
+	PopActiveSnapshot();
+}
+
 static void
 pending_xact_callback(XactEvent event, void *arg)
 {
@@ -1222,13 +1297,7 @@ pending_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_PRE_PREPARE:
 			if (added_in_xact)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that tracked usage with one write"),
-						 errdetail("Its pending usage lives in shared memory, which a restart "
-								   "would lose while the transaction stays prepared."),
-						 errhint("SET flagmeter.one_write_track = off in sessions that "
-								 "prepare transactions.")));
+				prepare_as_rows();
 			break;
 		case XACT_EVENT_COMMIT:
 			if (ready_at_commit)

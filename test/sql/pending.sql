@@ -45,7 +45,8 @@ SELECT track('acme', 'calls', 4);
 SELECT kind, threshold, used, quota FROM outbox
 WHERE tenant = 'acme' AND kind IN ('threshold', 'blocked') ORDER BY version;
 
--- consume counts the pending usage: 2 more reach the quota, 1 more does not fit
+-- consume counts the pending usage (and, deciding without the row lock,
+-- writes its event alone too): 2 more reach the quota, 1 more does not fit
 SELECT granted, used, remaining FROM consume('acme', 'calls', 2);
 SELECT granted, used, remaining FROM consume('acme', 'calls', 1);
 SELECT kind, threshold, used FROM outbox
@@ -64,11 +65,22 @@ SELECT count(*) AS events_before FROM events \gset
 SELECT track('acme', 'calls', 9223372036854775807);
 SELECT count(*) - :events_before AS events_written FROM events;
 
--- A transaction with pending usage cannot be prepared
+-- A prepared transaction outlives a restart, which shared memory does not:
+-- before it is prepared, its pending amounts go into a stripe and its
+-- events are marked counted (those of a rolled-back savepoint are gone)
 BEGIN;
-SELECT track('globex', 'calls');
+SELECT track('globex', 'calls', 2);
+SAVEPOINT s;
+SELECT track('globex', 'calls', 40);
+ROLLBACK TO SAVEPOINT s;
+SELECT track('globex', 'calls', 1);
 PREPARE TRANSACTION 'fm-pending';
-SELECT used(usage('globex', 'calls')) AS globex_after_refused_prepare;
+SELECT used(usage('globex', 'calls')) AS globex_prepared;
+COMMIT PREPARED 'fm-pending';
+SELECT used(usage('globex', 'calls')) AS globex_committed;
+SELECT stripe > 0 AS track_stripe, used(counter) FROM counters WHERE tenant = 'globex';
+SELECT count(*) FILTER (WHERE period_start IS NOT NULL) AS pending_events, count(*) AS events
+FROM events WHERE tenant = 'globex';
 
 -- maintain() folds the settled amounts into the merged stripe (32767) and
 -- moves counted_through past their transactions: usage stays the same

@@ -8,7 +8,9 @@
 #      middle, and a backend is killed (SIGKILL): the postmaster restarts
 #      them all with empty shared memory.  The first call rebuilds the
 #      pending usage from the events: every tenant's usage equals the sum
-#      of its events, and stays so under a second load and another fold;
+#      of its events, and stays so under a second load and another fold; a
+#      transaction prepared before the crash (its amounts went into a stripe
+#      as it was prepared) commits afterwards and counts once;
 #   2. a restart with a table too small for the pending periods: they are
 #      read from the events (exact), tracks write stripes meanwhile, and the
 #      next maintain() folds the events and hands the database back to the
@@ -82,7 +84,7 @@ sub stats
 
 # 1. crash
 my $node = preloaded_node('pending_crash');
-$node->append_conf('postgresql.conf', 'restart_after_crash = on');
+$node->append_conf('postgresql.conf', "restart_after_crash = on\nmax_prepared_transactions = 4");
 $node->start;
 setup_meter($node);
 my $dir = PostgreSQL::Test::Utils::tempdir;
@@ -114,6 +116,8 @@ cmp_ok($pending_before, '>', 0, 'before the crash, some events are pending');
 cmp_ok($node->safe_psql('postgres',
 		q{SELECT count(*) FROM flagmeter.counters WHERE stripe = 32767}),
 	'>', 0, 'and maintain() folded others into the merged stripes');
+$node->safe_psql('postgres', q{BEGIN; SELECT flagmeter.track('t1', 'm', 1000);
+	PREPARE TRANSACTION 'before_the_crash'});
 my $victim = $node->safe_psql('postgres',
 	q{SELECT pid FROM pg_stat_activity
 	  WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() LIMIT 1});
@@ -128,6 +132,9 @@ my ($bad, $total) = split / /, mismatches($node);
 is($bad, '0', 'after the crash every tenant\'s usage equals the sum of its events');
 cmp_ok($total, '>', 0, 'and there is usage');
 is(stats($node), 'in memory|1|0', 'the pending usage was rebuilt once, in memory');
+$node->safe_psql('postgres', q{COMMIT PREPARED 'before_the_crash'});
+($bad) = split / /, mismatches($node);
+is($bad, '0', 'a transaction prepared before the crash commits after it and counts once');
 $node->pgbench('--no-vacuum --client=16 --jobs=4 --transactions=200', 0,
 	[qr{number of failed transactions: 0 }], [qr{^$}],
 	'a second load after the crash: no failed transaction',
