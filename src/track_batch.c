@@ -16,6 +16,7 @@
 #include "executor/spi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/snapmgr.h"
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
@@ -24,6 +25,7 @@
 #include "event_keys.h"
 #include "grants.h"
 #include "limit_lookup.h"
+#include "pending.h"
 #include "period.h"
 #include "pools.h"
 #include "stripes.h"
@@ -495,6 +497,7 @@ read_due_periods(TrackBatch *b, const PeriodList *written)
 	Datum		args[7];
 	uint64		r;
 	int			g;
+	Snapshot	snapshot;
 
 	for (g = 0; g < written->n; g++)
 	{
@@ -510,7 +513,8 @@ read_due_periods(TrackBatch *b, const PeriodList *written)
 	totals = palloc(sizeof(FmCounter) * due.n);
 	nstripes = palloc0(sizeof(int) * due.n);
 	period_list_args(args, &due);
-	fm_execute(&read_groups_stmt, args, NULL, false, 0);
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	fm_execute_snapshot(&read_groups_stmt, args, NULL, false, 0, snapshot);
 	for (g = 0; g < due.n; g++)
 		totals[g] = fm_empty_counter();
 	for (r = 0; r < SPI_processed; r++)
@@ -525,6 +529,11 @@ read_due_periods(TrackBatch *b, const PeriodList *written)
 		if (DatumGetInt16(SPI_getbinval(row, desc, 3, &isnull)) != 0)
 			nstripes[ordinal - 1]++;
 	}
+	/* and what other calls left pending in shared memory (pending.c) */
+	for (g = 0; g < due.n; g++)
+		fm_pending_add_visible(b->tenants[due.groups[g]->first], b->meters[due.groups[g]->first],
+							   due.groups[g]->key.period_start, snapshot, &totals[g]);
+	UnregisterSnapshot(snapshot);
 
 	recheck = period_list_alloc(due.n);
 	r_at = palloc(sizeof(Datum) * due.n);

@@ -11,6 +11,7 @@ RESET client_min_messages;
 SET search_path = flagmeter, public;
 SET TimeZone = 'UTC';
 SET flagmeter.one_write_track = on;
+SET flagmeter.lock_free_consume = on;
 \set SHOW_CONTEXT never
 
 SELECT define_meter('calls'), define_meter('peak', 'max'), define_plan('p'),

@@ -562,6 +562,8 @@ my $moving_list = join ', ', map { "'$_'" } @moving;
 my $series_before = db($proxy, q{SELECT * FROM flagmeter.usage_series_all('tokens', '2026-03-01', '2026-03-02')});
 db($a, 'SELECT flagmeter.maintain()');    # some of it folded, some not
 db($proxy, qq{SELECT flagmeter.track('$mt', 'tokens', 5, '2026-03-01 13:00+00', 'after-fold')});
+# written alone on A (preloaded): pending there, it must arrive as usage
+db($proxy, qq{SELECT flagmeter.track('$mt', 'calls', 3)});
 my $status_before = db($proxy, sprintf $state, $moving_list);
 
 # A client keeps tracking partition 2 while it moves, one call at a time.
