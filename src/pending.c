@@ -430,6 +430,45 @@ clean_folds(PendingEntry *e)
 	}
 }
 
+/* A new entry: nothing pending, no recheck figure yet. */
+static void
+entry_init(PendingEntry *e)
+{
+	fm_counter_init(&e->settled);
+	e->first_slot = -1;
+	e->nslots = 0;
+	e->nfolds = 0;
+	e->added = 0;
+	e->added_used = 0;
+	e->has_recheck = false;
+}
+
+/*
+ * The period's entry with its partition's lock held in mode (*partition
+ * says which, for the caller to release); found, or with HASH_ENTER_NULL
+ * made.  NULL, with the lock released, when there is none (or no room).
+ */
+static PendingEntry *
+lock_entry(const char *tenant, const char *meter, TimestampTz period_start,
+		   HASHACTION action, LWLockMode mode, int *partition)
+{
+	PendingKey	key;
+	uint32		hash;
+	PendingEntry *e;
+	bool		found;
+
+	make_key(&key, tenant, meter, period_start);
+	hash = get_hash_value(entries, &key);
+	*partition = partition_of(hash);
+	LWLockAcquire(partition_lock(*partition), mode);
+	e = hash_search_with_hash_value(entries, &key, hash, action, &found);
+	if (e == NULL)
+		LWLockRelease(partition_lock(*partition));
+	else if (!found)
+		entry_init(e);
+	return e;
+}
+
 static bool
 entry_unused(const PendingEntry *e)
 {
@@ -583,35 +622,17 @@ bool
 fm_pending_add(const char *tenant, const char *meter, TimestampTz period_start,
 			   const FmCounter *delta, const FmLimit *limit, bool *read_due)
 {
-	PendingKey	key;
-	uint32		hash;
 	int			p;
 	PendingEntry *e;
-	bool		found;
 	TransactionId xid = GetCurrentTransactionId();
 	FullTransactionId top = GetTopFullTransactionId();
 	int32		s;
 
-	make_key(&key, tenant, meter, period_start);
-	hash = get_hash_value(entries, &key);
-	p = partition_of(hash);
-	LWLockAcquire(partition_lock(p), LW_EXCLUSIVE);
-	e = hash_search_with_hash_value(entries, &key, hash, HASH_ENTER_NULL, &found);
+	e = lock_entry(tenant, meter, period_start, HASH_ENTER_NULL, LW_EXCLUSIVE, &p);
 	if (e == NULL)
 	{
-		LWLockRelease(partition_lock(p));
 		pg_atomic_fetch_add_u64(&state->no_room, 1);
 		return false;
-	}
-	if (!found)
-	{
-		fm_counter_init(&e->settled);
-		e->first_slot = -1;
-		e->nslots = 0;
-		e->nfolds = 0;
-		e->added = 0;
-		e->added_used = 0;
-		e->has_recheck = false;
 	}
 	{
 		int64		sum;
@@ -643,7 +664,7 @@ fm_pending_add(const char *tenant, const char *meter, TimestampTz period_start,
 		if (s < 0)
 		{
 			if (entry_unused(e))
-				hash_search_with_hash_value(entries, &key, hash, HASH_REMOVE, NULL);
+				hash_search(entries, &e->key, HASH_REMOVE, NULL);
 			LWLockRelease(partition_lock(p));
 			pg_atomic_fetch_add_u64(&state->no_room, 1);
 			return false;
@@ -681,8 +702,6 @@ void
 fm_pending_set_recheck(const char *tenant, const char *meter, TimestampTz period_start,
 					   const FmLimit *limit, int64 used)
 {
-	PendingKey	key;
-	uint32		hash;
 	int			p;
 	PendingEntry *e;
 	int64		next;
@@ -693,11 +712,7 @@ fm_pending_set_recheck(const char *tenant, const char *meter, TimestampTz period
 		fm_next_usage_level(used, limit->quota, limit->hard,
 							limit->thresholds, limit->nthresholds) :
 		PG_INT64_MAX;
-	make_key(&key, tenant, meter, period_start);
-	hash = get_hash_value(entries, &key);
-	p = partition_of(hash);
-	LWLockAcquire(partition_lock(p), LW_EXCLUSIVE);
-	e = hash_search_with_hash_value(entries, &key, hash, HASH_FIND, NULL);
+	e = lock_entry(tenant, meter, period_start, HASH_FIND, LW_EXCLUSIVE, &p);
 	if (e != NULL)
 	{
 		/*
@@ -713,8 +728,8 @@ fm_pending_set_recheck(const char *tenant, const char *meter, TimestampTz period
 			e->recheck_at = PG_INT64_MAX;
 		e->recheck_for = limit->fingerprint;
 		e->has_recheck = true;
+		LWLockRelease(partition_lock(p));
 	}
-	LWLockRelease(partition_lock(p));
 }
 
 /* Whether snapshot sees (sub)transaction xid as committed, or it is ours. */
@@ -807,8 +822,6 @@ void
 fm_pending_add_visible(const char *tenant, const char *meter, TimestampTz period_start,
 					   Snapshot snapshot, FmCounter *total)
 {
-	PendingKey	key;
-	uint32		hash;
 	int			p;
 	PendingEntry *e;
 	FmCounter	settled;
@@ -831,20 +844,13 @@ fm_pending_add_visible(const char *tenant, const char *meter, TimestampTz period
 		return;
 	}
 
-	make_key(&key, tenant, meter, period_start);
-	hash = get_hash_value(entries, &key);
-	p = partition_of(hash);
 	for (;;)
 	{
 		int32		s;
 
-		LWLockAcquire(partition_lock(p), LW_SHARED);
-		e = hash_search_with_hash_value(entries, &key, hash, HASH_FIND, NULL);
+		e = lock_entry(tenant, meter, period_start, HASH_FIND, LW_SHARED, &p);
 		if (e == NULL)
-		{
-			LWLockRelease(partition_lock(p));
 			return;
-		}
 		if (e->nslots > room)
 		{
 			/* a hot period: allocate outside the lock, and look again */
@@ -903,32 +909,12 @@ static bool
 install_settled(const char *tenant, const char *meter, TimestampTz period_start,
 				const FmCounter *amount)
 {
-	PendingKey	key;
-	uint32		hash;
 	int			p;
-	PendingEntry *e;
-	bool		found;
+	PendingEntry *e = lock_entry(tenant, meter, period_start, HASH_ENTER_NULL,
+								 LW_EXCLUSIVE, &p);
 
-	make_key(&key, tenant, meter, period_start);
-	hash = get_hash_value(entries, &key);
-	p = partition_of(hash);
-	LWLockAcquire(partition_lock(p), LW_EXCLUSIVE);
-	e = hash_search_with_hash_value(entries, &key, hash, HASH_ENTER_NULL, &found);
 	if (e == NULL)
-	{
-		LWLockRelease(partition_lock(p));
 		return false;
-	}
-	if (!found)
-	{
-		fm_counter_init(&e->settled);
-		e->first_slot = -1;
-		e->nslots = 0;
-		e->nfolds = 0;
-		e->added = 0;
-		e->added_used = 0;
-		e->has_recheck = false;
-	}
 	{
 		FmCounter	sum = e->settled;
 		FmResult	r = fm_counter_merge(&sum, amount);
@@ -1081,7 +1067,11 @@ fm_fold_pending(PG_FUNCTION_ARGS)
 			if (e->key.database != MyDatabaseId)
 				continue;
 			clean_folds(e);
-			if (e->nfolds == FM_PENDING_FOLDS)
+			/* a period nothing is pending in leaves the table (until its next track) */
+			settle_slots(partition_of(get_hash_value(entries, &e->key)), e, high);
+			if (entry_unused(e))
+				hash_search(entries, &e->key, HASH_REMOVE, NULL);
+			else if (e->nfolds == FM_PENDING_FOLDS)
 				room = false;
 		}
 		tenants = palloc(sizeof(Datum) * hash_get_num_entries(entries));
