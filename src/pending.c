@@ -84,7 +84,6 @@
 #include "pools.h"
 #include "statements.h"
 #include "stripes.h"
-#include "usage_rows.h"
 
 #define FM_PENDING_PARTITIONS 16
 #define FM_PENDING_FOLDS 4
@@ -762,15 +761,18 @@ pending_band_read(const char *tenant, const char *meter, TimestampTz period_star
 				  Snapshot snapshot, FmCounter *total)
 {
 	Datum		args[3];
+	bool		isnull;
+	Datum		band;
 
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	args[2] = TimestampTzGetDatum(period_start);
 	SPI_connect();
-	fm_period_args(args, tenant, meter, period_start);
 	fm_execute_snapshot(&band_read_stmt, args, NULL, true, 0, snapshot);
-	{
-		FmCounter	band = fm_merge_result_rows();
-
-		merge_into(total, &band);
-	}
+	/* one row: the aggregate, NULL when no event is pending */
+	band = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (!isnull)
+		merge_into(total, DatumGetFmCounterP(band));
 	SPI_finish();
 }
 
@@ -1208,6 +1210,46 @@ fm_pending_usage_stats(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
 }
 
+/*
+ * What a transaction that is prepared writes instead (prepare_as_rows): its
+ * amounts into the backend's own stripes, and its events marked counted
+ * (period_start NULL), the one update of an event row.
+ */
+static FmStatement own_stripe_stmt = {
+	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)"
+	" VALUES ($1, $2, $3, $4, $5)"
+	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE"
+	" SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter",
+	5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2OID, FM_TYPE_COUNTER}
+};
+
+static void
+add_to_own_stripe(const char *tenant, const char *meter, TimestampTz period_start,
+					 const FmCounter *delta)
+{
+	Datum		args[5];
+
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	args[2] = TimestampTzGetDatum(period_start);
+	args[3] = Int16GetDatum(fm_own_stripe());
+	args[4] = FmCounterPGetDatum(delta);
+	fm_execute(&own_stripe_stmt, args, NULL, false, 0);
+}
+
+static FmStatement unpend_events_stmt = {
+	"UPDATE flagmeter.events SET period_start = NULL"
+	" WHERE xid OPERATOR(pg_catalog.=) flagmeter.xid_int(pg_catalog.pg_current_xact_id())"
+	" AND period_start IS NOT NULL",
+	0, {InvalidOid}
+};
+
+static void
+unpend_own_events(void)
+{
+	fm_execute(&unpend_events_stmt, NULL, NULL, false, 0);
+}
+
 /* One period's pending amount of this transaction, for prepare_as_rows. */
 typedef struct OwnAmount
 {
@@ -1273,9 +1315,9 @@ prepare_as_rows(void)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	SPI_connect();
 	for (i = 0; i < nown; i++)
-		fm_add_to_own_stripe(own[i].key.tenant, own[i].key.meter, own[i].key.period_start,
-							 &own[i].amount);
-	fm_unpend_own_events();
+		add_to_own_stripe(own[i].key.tenant, own[i].key.meter, own[i].key.period_start,
+						  &own[i].amount);
+	unpend_own_events();
 	SPI_finish();
 	PopActiveSnapshot();
 }

@@ -272,36 +272,3 @@ fm_write_pending_event(const char *tenant, const char *meter, int64 amount,
 	args[6] = TimestampTzGetDatum(period_start);
 	fm_execute(&pending_event_stmt, args, key ? NULL : "     n ", false, 0);
 }
-
-static FmStatement own_stripe_stmt = {
-	"INSERT INTO flagmeter.counters AS c (tenant, meter, period_start, stripe, counter)"
-	" VALUES ($1, $2, $3, $4, $5)"
-	" ON CONFLICT (tenant, meter, period_start, stripe) DO UPDATE"
-	" SET counter = c.counter OPERATOR(flagmeter.+) EXCLUDED.counter",
-	5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, INT2OID, FM_TYPE_COUNTER}
-};
-
-void
-fm_add_to_own_stripe(const char *tenant, const char *meter, TimestampTz period_start,
-					 const FmCounter *delta)
-{
-	Datum		args[5];
-
-	fm_period_args(args, tenant, meter, period_start);
-	args[3] = Int16GetDatum(fm_own_stripe());
-	args[4] = FmCounterPGetDatum(delta);
-	fm_execute(&own_stripe_stmt, args, NULL, false, 0);
-}
-
-static FmStatement unpend_events_stmt = {
-	"UPDATE flagmeter.events SET period_start = NULL"
-	" WHERE xid OPERATOR(pg_catalog.=) flagmeter.xid_int(pg_catalog.pg_current_xact_id())"
-	" AND period_start IS NOT NULL",
-	0, {InvalidOid}
-};
-
-void
-fm_unpend_own_events(void)
-{
-	fm_execute(&unpend_events_stmt, NULL, NULL, false, 0);
-}

@@ -105,13 +105,4 @@ extern void fm_write_pending_event(const char *tenant, const char *meter, int64 
 								   TimestampTz occurred_at, const char *key,
 								   TimestampTz period_start);
 
-/*
- * Before a transaction with pending usage is prepared (pending.c): its
- * amounts go into the backend's own stripes, and its events are marked
- * counted (period_start NULL), the one update of an event row.
- */
-extern void fm_add_to_own_stripe(const char *tenant, const char *meter,
-								 TimestampTz period_start, const FmCounter *delta);
-extern void fm_unpend_own_events(void);
-
 #endif							/* FLAGMETER_USAGE_ROWS_H */
