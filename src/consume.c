@@ -254,12 +254,8 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 
 				/* written as track writes it: one row when it may (pending.c) */
 				fm_counter_report(fm_counter_add_event(&delta, item->amount, now));
-				if (fm_pending_track_enabled(limit) &&
-					fm_pending_add(tenant, item->meter, item->period_start, &delta, limit,
-								   &read_due))
-					fm_write_pending_event(tenant, item->meter, item->amount, now, NULL,
-										   item->period_start);
-				else
+				if (!fm_write_event_alone(tenant, item->meter, item->amount, now,
+										  item->period_start, &delta, limit, &read_due))
 					fm_write_event_to_stripe(tenant, item->meter, item->amount, now, NULL,
 											 item->period_start, &delta);
 				fm_announce_usage_level(tenant, item->meter, limit, item->period_start,

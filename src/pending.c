@@ -338,6 +338,30 @@ counter_empty(const FmCounter *c)
 }
 
 /*
+ * Where a transaction that tagged pending usage (a fold's maintain, a
+ * slot's drop) stands: still running (or ours), committed but not yet seen
+ * so by every snapshot, committed and seen so by all (what it tagged may
+ * go), or rolled back (what it tagged comes back).
+ */
+typedef enum TaggerState
+{
+	TAGGER_RUNNING,
+	TAGGER_COMMITTED,
+	TAGGER_SEEN_BY_ALL,
+	TAGGER_ROLLED_BACK
+} TaggerState;
+
+static TaggerState
+tagger_state(TransactionId xid)
+{
+	if (TransactionIdIsCurrentTransactionId(xid) || TransactionIdIsInProgress(xid))
+		return TAGGER_RUNNING;
+	if (!TransactionIdDidCommit(xid))
+		return TAGGER_ROLLED_BACK;
+	return GlobalVisCheckRemovableXid(NULL, xid) ? TAGGER_SEEN_BY_ALL : TAGGER_COMMITTED;
+}
+
+/*
  * Settle e's slots whose top-level transaction every snapshot sees as
  * ended, and that lie below below (0: no bound; see fold_high): committed,
  * into settled; rolled back, dropped.  Under the partition's lock,
@@ -355,28 +379,22 @@ settle_slots(int p, PendingEntry *e, uint64 below)
 
 		if (TransactionIdIsValid(slot->gone_in))
 		{
-			bool		drop = false;
-
 			/* dropped with it once every snapshot sees that; back if it rolled back */
-			if (TransactionIdIsCurrentTransactionId(slot->gone_in) ||
-				TransactionIdIsInProgress(slot->gone_in))
-				drop = false;
-			else if (TransactionIdDidCommit(slot->gone_in))
-				drop = GlobalVisCheckRemovableXid(NULL, slot->gone_in);
-			else
-				slot->gone_in = InvalidTransactionId;
-			if (drop)
+			TaggerState dropper = tagger_state(slot->gone_in);
+
+			if (dropper == TAGGER_SEEN_BY_ALL)
 			{
 				*link = slot->next;
 				e->nslots--;
 				give_slot(p, s);
 				continue;
 			}
-			if (TransactionIdIsValid(slot->gone_in))
+			if (dropper != TAGGER_ROLLED_BACK)
 			{
 				link = &slot->next;
 				continue;
 			}
+			slot->gone_in = InvalidTransactionId;
 		}
 		if ((below == 0 || U64FromFullTransactionId(slot->top) < below) &&
 			GlobalVisCheckRemovableFullXid(NULL, slot->top))
@@ -410,19 +428,11 @@ clean_folds(PendingEntry *e)
 	while (i < e->nfolds)
 	{
 		PendingFold *f = &e->folds[i];
-		bool		gone = false;
+		TaggerState folder = tagger_state(f->xid);
 
-		if (TransactionIdIsCurrentTransactionId(f->xid) ||
-			TransactionIdIsInProgress(f->xid))
-			gone = false;
-		else if (TransactionIdDidCommit(f->xid))
-			gone = GlobalVisCheckRemovableXid(NULL, f->xid);
-		else
-		{
+		if (folder == TAGGER_ROLLED_BACK)
 			merge_into(&e->settled, &f->amount);
-			gone = true;
-		}
-		if (gone)
+		if (folder == TAGGER_ROLLED_BACK || folder == TAGGER_SEEN_BY_ALL)
 			e->folds[i] = e->folds[--e->nfolds];
 		else
 			i++;
@@ -476,35 +486,29 @@ entry_unused(const PendingEntry *e)
 
 /* ---- databases ---- */
 
+/*
+ * This database's record, made when create and there is room.  A backend
+ * stays in one database and records are never reused, so the record
+ * found is kept for the backend's life: calls do not search for it.
+ */
 static PendingDatabase *
 find_database(bool create)
 {
+	static PendingDatabase *mine = NULL;
 	int			i;
-	PendingDatabase *free_db = NULL;
 
-	for (i = 0; i < FM_PENDING_DATABASES; i++)
-	{
-		PendingDatabase *d = &state->databases[i];
-
-		if (d->database == MyDatabaseId)
-			return d;
-		if (d->database == InvalidOid && free_db == NULL)
-			free_db = d;
-	}
-	if (!create || free_db == NULL)
-		return NULL;
+	if (mine != NULL)
+		return mine;
+	for (i = 0; i < FM_PENDING_DATABASES && mine == NULL; i++)
+		if (state->databases[i].database == MyDatabaseId)
+			mine = &state->databases[i];
+	if (mine != NULL || !create)
+		return mine;
 	LWLockAcquire(databases_lock(), LW_EXCLUSIVE);
-	for (i = 0; i < FM_PENDING_DATABASES; i++)
-	{
-		PendingDatabase *d = &state->databases[i];
-
-		if (d->database == MyDatabaseId)
-		{
-			LWLockRelease(databases_lock());
-			return d;
-		}
-	}
-	for (i = 0; i < FM_PENDING_DATABASES; i++)
+	for (i = 0; i < FM_PENDING_DATABASES && mine == NULL; i++)
+		if (state->databases[i].database == MyDatabaseId)
+			mine = &state->databases[i];
+	for (i = 0; i < FM_PENDING_DATABASES && mine == NULL; i++)
 	{
 		PendingDatabase *d = &state->databases[i];
 
@@ -513,12 +517,11 @@ find_database(bool create)
 			pg_atomic_write_u32(&d->status, DB_EMPTY);
 			pg_write_barrier();
 			d->database = MyDatabaseId;
-			LWLockRelease(databases_lock());
-			return d;
+			mine = d;
 		}
 	}
 	LWLockRelease(databases_lock());
-	return NULL;
+	return mine;
 }
 
 /* Remove the database's entries (an extension dropped and created again). */
@@ -764,9 +767,7 @@ pending_band_read(const char *tenant, const char *meter, TimestampTz period_star
 	bool		isnull;
 	Datum		band;
 
-	args[0] = CStringGetTextDatum(tenant);
-	args[1] = CStringGetTextDatum(meter);
-	args[2] = TimestampTzGetDatum(period_start);
+	fm_period_args(args, tenant, meter, period_start);
 	SPI_connect();
 	fm_execute_snapshot(&band_read_stmt, args, NULL, true, 0, snapshot);
 	/* one row: the aggregate, NULL when no event is pending */
@@ -1229,9 +1230,7 @@ add_to_own_stripe(const char *tenant, const char *meter, TimestampTz period_star
 {
 	Datum		args[5];
 
-	args[0] = CStringGetTextDatum(tenant);
-	args[1] = CStringGetTextDatum(meter);
-	args[2] = TimestampTzGetDatum(period_start);
+	fm_period_args(args, tenant, meter, period_start);
 	args[3] = Int16GetDatum(fm_own_stripe());
 	args[4] = FmCounterPGetDatum(delta);
 	fm_execute(&own_stripe_stmt, args, NULL, false, 0);
@@ -1468,9 +1467,7 @@ fm_pending_drop(PG_FUNCTION_ARGS)
 
 			/* an earlier drop that rolled back does not count */
 			if (TransactionIdIsValid(slot->gone_in) &&
-				!TransactionIdIsCurrentTransactionId(slot->gone_in) &&
-				!TransactionIdIsInProgress(slot->gone_in) &&
-				!TransactionIdDidCommit(slot->gone_in))
+				tagger_state(slot->gone_in) == TAGGER_ROLLED_BACK)
 				slot->gone_in = InvalidTransactionId;
 			if (!TransactionIdIsValid(slot->gone_in) &&
 				(TransactionIdIsCurrentTransactionId(slot->xid) ||

@@ -8,6 +8,7 @@
 #include "catalog/pg_namespace.h"
 #include "miscadmin.h"
 #include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/snapmgr.h"
 #include "catalog/pg_type.h"
 #include "utils/lsyscache.h"
@@ -140,6 +141,15 @@ int
 fm_execute_latest(FmStatement *st, Datum *values, const char *nulls, long count)
 {
 	return execute_as_owner(st, values, nulls, false, count, GetLatestSnapshot());
+}
+
+void
+fm_period_args(Datum *args, const char *tenant, const char *meter,
+			   TimestampTz period_start)
+{
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	args[2] = TimestampTzGetDatum(period_start);
 }
 
 Datum

@@ -12,6 +12,7 @@
 #define FLAGMETER_STATEMENTS_H
 
 #include "postgres.h"
+#include "datatype/timestamp.h"
 #include "executor/spi.h"
 
 #define FM_STATEMENT_MAX_ARGS 20
@@ -58,6 +59,10 @@ extern int	fm_execute_latest(FmStatement *st, Datum *values, const char *nulls,
 							  long count);
 
 /* One-dimensional array arguments of the batch statements, from n Datums. */
+/* The arguments (tenant, meter, period_start) of the per-period statements. */
+extern void fm_period_args(Datum *args, const char *tenant, const char *meter,
+						   TimestampTz period_start);
+
 extern Datum fm_text_array(Datum *elems, int n);
 extern Datum fm_int8_array(Datum *elems, int n);
 extern Datum fm_timestamptz_array(Datum *elems, int n);

@@ -18,7 +18,6 @@
 #include "event_keys.h"
 #include "grants.h"
 #include "limit_lookup.h"
-#include "pending.h"
 #include "period.h"
 #include "pools.h"
 #include "track_alerts.h"
@@ -69,6 +68,7 @@ record_event(const char *tenant, const char *meter, int64 amount, TimestampTz oc
 	TimestampTz period_end;
 	FmCounter	delta;
 	StripeWritten written;
+	bool		read_due;
 
 	fm_load_limit(tenant, meter, false, limit);
 	fm_period_bounds(limit->period, limit->anchor, limit->tz, occurred_at,
@@ -80,18 +80,13 @@ record_event(const char *tenant, const char *meter, int64 amount, TimestampTz oc
 
 	delta = fm_empty_counter();
 	fm_counter_report(fm_counter_add_event(&delta, amount, occurred_at));
-	if (key == NULL && fm_pending_track_enabled(limit))
+	if (key == NULL &&
+		fm_write_event_alone(tenant, meter, amount, occurred_at, period_start, &delta,
+							 limit, &read_due))
 	{
-		bool		read_due;
-
-		/* one write: the event, its amount pending in shared memory */
-		if (fm_pending_add(tenant, meter, period_start, &delta, limit, &read_due))
-		{
-			fm_write_pending_event(tenant, meter, amount, occurred_at, key, period_start);
-			if (read_due)
-				fm_announce_after_pending_track(tenant, meter, limit, period_start);
-			return true;
-		}
+		if (read_due)
+			fm_announce_after_pending_track(tenant, meter, limit, period_start);
+		return true;
 	}
 
 	/*

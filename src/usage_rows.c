@@ -66,15 +66,6 @@ fm_lock_counters_for_write(void)
 	LockRelationOid(fm_relation_oid("counters"), RowExclusiveLock);
 }
 
-void
-fm_period_args(Datum *args, const char *tenant, const char *meter,
-			   TimestampTz period_start)
-{
-	args[0] = CStringGetTextDatum(tenant);
-	args[1] = CStringGetTextDatum(meter);
-	args[2] = TimestampTzGetDatum(period_start);
-}
-
 FmCounter
 fm_merge_result_rows(void)
 {
@@ -215,6 +206,18 @@ static FmStatement track_add_to_stripe_stmt = {
 	9, TRACK_ARGTYPES
 };
 
+/* $1 .. $5 of the statements that insert an event: it, and when it was recorded */
+static void
+event_args(Datum *args, const char *tenant, const char *meter, int64 amount,
+		   TimestampTz occurred_at)
+{
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	args[2] = Int64GetDatum(amount);
+	args[3] = TimestampTzGetDatum(occurred_at);
+	args[4] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+}
+
 void
 fm_write_event_to_stripe(const char *tenant, const char *meter, int64 amount,
 						 TimestampTz occurred_at, const char *key,
@@ -222,11 +225,7 @@ fm_write_event_to_stripe(const char *tenant, const char *meter, int64 amount,
 {
 	Datum		args[9];
 
-	args[0] = CStringGetTextDatum(tenant);
-	args[1] = CStringGetTextDatum(meter);
-	args[2] = Int64GetDatum(amount);
-	args[3] = TimestampTzGetDatum(occurred_at);
-	args[4] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	event_args(args, tenant, meter, amount, occurred_at);
 	args[5] = key ? CStringGetTextDatum(key) : (Datum) 0;
 	args[6] = TimestampTzGetDatum(period_start);
 	args[8] = FmCounterPGetDatum(delta);
@@ -249,26 +248,26 @@ fm_write_event_to_stripe(const char *tenant, const char *meter, int64 amount,
 			 (uint64) SPI_processed, tenant, meter);
 }
 
+/* an event written alone: no key (a keyed track writes its stripe) */
 static FmStatement pending_event_stmt = {
 	"INSERT INTO flagmeter.events"
-	" (tenant, meter, amount, occurred_at, recorded_at, idempotency_key, period_start)"
-	" VALUES ($1, $2, $3, $4, $5, $6, $7)",
-	7, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID}
+	" (tenant, meter, amount, occurred_at, recorded_at, period_start)"
+	" VALUES ($1, $2, $3, $4, $5, $6)",
+	6, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 };
 
-void
-fm_write_pending_event(const char *tenant, const char *meter, int64 amount,
-					   TimestampTz occurred_at, const char *key,
-					   TimestampTz period_start)
+bool
+fm_write_event_alone(const char *tenant, const char *meter, int64 amount,
+					 TimestampTz occurred_at, TimestampTz period_start,
+					 const FmCounter *delta, const FmLimit *limit, bool *read_due)
 {
-	Datum		args[7];
+	Datum		args[6];
 
-	args[0] = CStringGetTextDatum(tenant);
-	args[1] = CStringGetTextDatum(meter);
-	args[2] = Int64GetDatum(amount);
-	args[3] = TimestampTzGetDatum(occurred_at);
-	args[4] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	args[5] = key ? CStringGetTextDatum(key) : (Datum) 0;
-	args[6] = TimestampTzGetDatum(period_start);
-	fm_execute(&pending_event_stmt, args, key ? NULL : "     n ", false, 0);
+	if (!fm_pending_track_enabled(limit) ||
+		!fm_pending_add(tenant, meter, period_start, delta, limit, read_due))
+		return false;
+	event_args(args, tenant, meter, amount, occurred_at);
+	args[5] = TimestampTzGetDatum(period_start);
+	fm_execute(&pending_event_stmt, args, NULL, false, 0);
+	return true;
 }

@@ -23,6 +23,7 @@
 #include "utils/snapshot.h"
 
 #include "counter_core.h"
+#include "limit.h"
 #include "statements.h"
 
 /*
@@ -49,10 +50,6 @@ fm_empty_counter(void)
 	fm_counter_init(&c);
 	return c;
 }
-
-/* The arguments (tenant, meter, period_start) of the per-period statements. */
-extern void fm_period_args(Datum *args, const char *tenant, const char *meter,
-						   TimestampTz period_start);
 
 /* Merge of the counters in column 1 of the current SPI result. */
 extern FmCounter fm_merge_result_rows(void);
@@ -98,11 +95,15 @@ extern void fm_write_event_to_stripe(const char *tenant, const char *meter, int6
 									 TimestampTz period_start, const FmCounter *delta);
 
 /*
- * What a track writes when its amount went to the period's pending usage
- * (pending.c): the event alone, with the period it is pending in.
+ * What a track of a sum or count meter without a key, grants or a pool
+ * writes when it may (pending.c): its amount pending in shared memory, and
+ * the event alone with the period it counts in.  False, nothing written,
+ * when it may not or the table has no room: then it writes a stripe.  On
+ * true, *read_due says whether the period is due for an alert read.
  */
-extern void fm_write_pending_event(const char *tenant, const char *meter, int64 amount,
-								   TimestampTz occurred_at, const char *key,
-								   TimestampTz period_start);
+extern bool fm_write_event_alone(const char *tenant, const char *meter, int64 amount,
+								 TimestampTz occurred_at, TimestampTz period_start,
+								 const FmCounter *delta, const FmLimit *limit,
+								 bool *read_due);
 
 #endif							/* FLAGMETER_USAGE_ROWS_H */
