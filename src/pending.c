@@ -300,6 +300,25 @@ databases_lock(void)
 	return &state->locks[FM_PENDING_PARTITIONS].lock;
 }
 
+/* Every partition, in order: what a pass over the whole table holds. */
+static void
+lock_partitions(LWLockMode mode)
+{
+	int			p;
+
+	for (p = 0; p < FM_PENDING_PARTITIONS; p++)
+		LWLockAcquire(partition_lock(p), mode);
+}
+
+static void
+unlock_partitions(void)
+{
+	int			p;
+
+	for (p = FM_PENDING_PARTITIONS - 1; p >= 0; p--)
+		LWLockRelease(partition_lock(p));
+}
+
 /* ---- slots ---- */
 
 static int32
@@ -532,8 +551,7 @@ forget_database(void)
 	PendingEntry *e;
 	int			p;
 
-	for (p = 0; p < FM_PENDING_PARTITIONS; p++)
-		LWLockAcquire(partition_lock(p), LW_EXCLUSIVE);
+	lock_partitions(LW_EXCLUSIVE);
 	hash_seq_init(&seq, entries);
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
@@ -549,8 +567,7 @@ forget_database(void)
 		}
 		hash_search(entries, &e->key, HASH_REMOVE, NULL);
 	}
-	for (p = FM_PENDING_PARTITIONS - 1; p >= 0; p--)
-		LWLockRelease(partition_lock(p));
+	unlock_partitions();
 }
 
 /* the transaction in which this backend last checked its database's record */
@@ -1062,8 +1079,7 @@ fm_fold_pending(PG_FUNCTION_ARGS)
 		pg_atomic_write_u64(&state->fold_high, high);
 
 		/* every entry must take a fold, or none does */
-		for (p = 0; p < FM_PENDING_PARTITIONS; p++)
-			LWLockAcquire(partition_lock(p), LW_EXCLUSIVE);
+		lock_partitions(LW_EXCLUSIVE);
 		hash_seq_init(&seq, entries);
 		while ((e = hash_seq_search(&seq)) != NULL)
 		{
@@ -1099,8 +1115,7 @@ fm_fold_pending(PG_FUNCTION_ARGS)
 			e->nfolds++;
 			fm_counter_init(&e->settled);
 		}
-		for (p = FM_PENDING_PARTITIONS - 1; p >= 0; p--)
-			LWLockRelease(partition_lock(p));
+		unlock_partitions();
 	}
 	PG_FINALLY();
 	{
@@ -1172,7 +1187,6 @@ fm_pending_usage_stats(PG_FUNCTION_ARGS)
 	{
 		HASH_SEQ_STATUS seq;
 		PendingEntry *e;
-		int			p;
 
 		switch (RecoveryInProgress() ? DB_OVERFLOWED : ready_status())
 		{
@@ -1187,8 +1201,7 @@ fm_pending_usage_stats(PG_FUNCTION_ARGS)
 				status = "not rebuilt";
 				break;
 		}
-		for (p = 0; p < FM_PENDING_PARTITIONS; p++)
-			LWLockAcquire(partition_lock(p), LW_SHARED);
+		lock_partitions(LW_SHARED);
 		hash_seq_init(&seq, entries);
 		while ((e = hash_seq_search(&seq)) != NULL)
 		{
@@ -1197,8 +1210,7 @@ fm_pending_usage_stats(PG_FUNCTION_ARGS)
 			periods++;
 			slots += e->nslots;
 		}
-		for (p = FM_PENDING_PARTITIONS - 1; p >= 0; p--)
-			LWLockRelease(partition_lock(p));
+		unlock_partitions();
 	}
 	values[0] = CStringGetTextDatum(status);
 	values[1] = Int64GetDatum(periods);
@@ -1274,8 +1286,7 @@ prepare_as_rows(void)
 	int			p;
 	int			i;
 
-	for (p = 0; p < FM_PENDING_PARTITIONS; p++)
-		LWLockAcquire(partition_lock(p), LW_EXCLUSIVE);
+	lock_partitions(LW_EXCLUSIVE);
 	hash_seq_init(&seq, entries);
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
@@ -1307,8 +1318,7 @@ prepare_as_rows(void)
 			give_slot(p, s);
 		}
 	}
-	for (p = FM_PENDING_PARTITIONS - 1; p >= 0; p--)
-		LWLockRelease(partition_lock(p));
+	unlock_partitions();
 
 	/* the statement that prepares has ended: no snapshot is active */
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -1421,7 +1431,6 @@ fm_pending_drop(PG_FUNCTION_ARGS)
 	PendingEntry *e;
 	TransactionId me;
 	bool		room = true;
-	int			p;
 
 	Relation	counters = relation_open(fm_relation_oid("counters"), NoLock);
 	bool		writers_stopped = CheckRelationLockedByMe(counters, ShareRowExclusiveLock, true);
@@ -1436,8 +1445,7 @@ fm_pending_drop(PG_FUNCTION_ARGS)
 	if (!table_holds_database())
 		PG_RETURN_VOID();
 	me = GetCurrentTransactionId();
-	for (p = 0; p < FM_PENDING_PARTITIONS; p++)
-		LWLockAcquire(partition_lock(p), LW_EXCLUSIVE);
+	lock_partitions(LW_EXCLUSIVE);
 	hash_seq_init(&seq, entries);
 	while ((e = hash_seq_search(&seq)) != NULL)
 	{
@@ -1476,8 +1484,7 @@ fm_pending_drop(PG_FUNCTION_ARGS)
 				slot->gone_in = me;
 		}
 	}
-	for (p = FM_PENDING_PARTITIONS - 1; p >= 0; p--)
-		LWLockRelease(partition_lock(p));
+	unlock_partitions();
 	if (!room)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
