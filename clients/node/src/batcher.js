@@ -22,34 +22,63 @@
 //   locks and WAL, stay bounded, and a failed group fails at most that many
 //   callers.
 //
+// Faults (README "Faults and retries"): every call has a deadline, timeoutMs
+// after it was pushed.  A group that failed without being applied
+// (err.outcome 'not_applied') goes back into the queue whole; one whose
+// outcome is unknown sends again only the calls that carry an idempotency
+// key (canRetryUnknown), and fails the others with the unknown error.  While
+// the database is away the queue waits between attempts (retryDelayMs,
+// doubling, with jitter), so no attempt loops on a refused connection.  A
+// call whose deadline passes, queued or between attempts, fails with the
+// last attempt's error marked timedOut.
+//
 // Every promise settles: with its own result, with the group's error (each
-// caller of a failed group gets it, SQLSTATE in err.code), or with the
-// error close() gives calls queued after it.
+// caller of a group that was refused gets it, SQLSTATE in err.code), with
+// its deadline's error, or with the error close() gives calls queued after
+// it.
+
+const { callError } = require('./outcome')
 
 class Batcher {
   /**
    * @param {object} opts
-   * @param {(items: any[]) => Promise<any[]>} opts.run  one result per item, in order
+   * @param {(items: any[], deadline: number) => Promise<any[]>} opts.run
+   *        one attempt: one result per item, in order; rejects with an
+   *        error whose outcome is set (src/outcome.js); deadline: Date.now()
+   *        time by which the attempt must end
    * @param {number} [opts.maxInFlight]
    * @param {number} [opts.maxGroup]
+   * @param {number} [opts.timeoutMs]  each call's deadline, from its push
+   * @param {(item: any) => boolean} [opts.canRetryUnknown]  whether an item may be sent again after an unknown outcome
+   * @param {{ initialDelayMs?: number, maxDelayMs?: number }} [opts.retry]
    */
-  constructor ({ run, maxInFlight = 2, maxGroup = 500 }) {
+  constructor ({ run, maxInFlight = 2, maxGroup = 500, timeoutMs = 5000, canRetryUnknown = () => false, retry = {} }) {
     if (!Number.isInteger(maxInFlight) || maxInFlight < 1) throw new RangeError(`maxInFlight must be a positive integer: ${maxInFlight}`)
     if (!Number.isInteger(maxGroup) || maxGroup < 1) throw new RangeError(`maxGroup must be a positive integer: ${maxGroup}`)
     this._run = run
     this._maxInFlight = maxInFlight
     this._maxGroup = maxGroup
-    this._queue = []
+    this._timeoutMs = timeoutMs
+    this._canRetryUnknown = canRetryUnknown
+    this._initialDelay = retry.initialDelayMs ?? 25
+    this._maxDelay = retry.maxDelayMs ?? 1000
+    this._delay = this._initialDelay
+    this._queue = [] // by deadline, earliest first
     this._inFlight = 0
     this._idle = []
+    this._retryAt = 0
+    this._resumeTimer = null
+    this._expiryTimer = null
     this.groups = 0
     this.calls = 0
+    this.retries = 0
   }
 
   /** Queue one call; resolves with its result once its group committed. */
   push (item) {
+    this.calls++
     return new Promise((resolve, reject) => {
-      this._queue.push({ item, resolve, reject })
+      this._queue.push({ item, resolve, reject, deadline: Date.now() + this._timeoutMs, attempts: 0, lastError: null })
       this._pump()
     })
   }
@@ -61,13 +90,20 @@ class Batcher {
   }
 
   _pump () {
-    while (this._inFlight < this._maxInFlight && this._queue.length > 0) {
-      const group = this._queue.splice(0, this._maxGroup)
-      this._inFlight++
-      this.groups++
-      this.calls += group.length
-      this._send(group)
+    const wait = this._retryAt - Date.now()
+    if (wait > 0 && this._queue.length > 0) {
+      if (this._resumeTimer === null) {
+        this._resumeTimer = setTimeout(() => { this._resumeTimer = null; this._pump() }, wait)
+      }
+    } else {
+      while (this._inFlight < this._maxInFlight && this._queue.length > 0) {
+        const group = this._queue.splice(0, this._maxGroup)
+        this._inFlight++
+        this.groups++
+        this._send(group)
+      }
     }
+    this._armExpiry()
     if (this._inFlight === 0 && this._queue.length === 0) {
       const idle = this._idle
       this._idle = []
@@ -76,19 +112,78 @@ class Batcher {
   }
 
   async _send (group) {
+    // the queue is by deadline: the first call's is the group's
+    const deadline = group[0].deadline
+    for (const g of group) g.attempts++
     try {
-      const results = await this._run(group.map((g) => g.item))
+      const results = await this._run(group.map((g) => g.item), deadline)
       if (!Array.isArray(results) || results.length !== group.length) {
         throw new Error(`flagmeter: a group of ${group.length} calls got ${results && results.length} answers`)
       }
+      this._delay = this._initialDelay
       group.forEach((g, i) => g.resolve(results[i]))
     } catch (err) {
-      for (const g of group) g.reject(err)
+      this._failed(group, err)
     } finally {
       this._inFlight--
       this._pump()
     }
   }
+
+  /** A group's attempt failed: send again what may be sent again, fail the rest. */
+  _failed (group, err) {
+    const outcome = err.outcome ?? 'refused'
+    const again = []
+    const soon = Date.now() + this._delay
+    for (const g of group) {
+      g.lastError = err
+      const retryable = outcome === 'not_applied' || (outcome === 'unknown' && this._canRetryUnknown(g.item))
+      if (retryable && soon < g.deadline) again.push(g)
+      else g.reject(retryable ? this._expired(g) : callError(err, outcome))
+    }
+    if (again.length === 0) return
+    this.retries += again.length
+    this._retryAt = Date.now() + this._delay * (0.5 + Math.random() / 2)
+    this._delay = Math.min(this._delay * 2, this._maxDelay)
+    this._queue = mergeByDeadline(again, this._queue)
+  }
+
+  /** The error of a call whose deadline passed: its last attempt's, marked timedOut. */
+  _expired (g) {
+    const err = g.lastError ?? new Error('no pool connection became free')
+    return callError(err, err.outcome ?? 'not_applied', { attempts: g.attempts, timedOut: true, timeoutMs: this._timeoutMs })
+  }
+
+  /** One timer, at the earliest queued deadline, fails the calls whose deadline passed. */
+  _armExpiry () {
+    if (this._queue.length === 0) {
+      // nothing left to expire: no timer outlives the calls
+      if (this._expiryTimer !== null) clearTimeout(this._expiryTimer)
+      this._expiryTimer = null
+      return
+    }
+    if (this._expiryTimer !== null) return
+    this._expiryTimer = setTimeout(() => {
+      this._expiryTimer = null
+      const now = Date.now()
+      while (this._queue.length > 0 && this._queue[0].deadline <= now) {
+        const g = this._queue.shift()
+        g.reject(this._expired(g))
+      }
+      this._pump()
+    }, Math.max(0, this._queue[0].deadline - Date.now()))
+  }
+}
+
+/** Two lists ordered by deadline, as one. */
+function mergeByDeadline (a, b) {
+  const out = []
+  let i = 0
+  let j = 0
+  while (i < a.length && j < b.length) out.push(a[i].deadline <= b[j].deadline ? a[i++] : b[j++])
+  while (i < a.length) out.push(a[i++])
+  while (j < b.length) out.push(b[j++])
+  return out
 }
 
 module.exports = { Batcher }

@@ -118,6 +118,23 @@ function checkTtl (ttl) {
   throw new TypeError('ttl must be a number of seconds or an interval text')
 }
 
+/** A reserve call, checked: { tenant, meter, amount, ttl, key }. */
+function reserveCall (tenant, meter, amount, options = {}) {
+  return {
+    tenant: checkName(tenant, 'tenant'),
+    meter: checkName(meter, 'meter'),
+    amount: checkAmount(amount, 'amount', true),
+    ttl: checkTtl(options.ttl),
+    key: checkKey(options.key)
+  }
+}
+
+/** settle's arguments (actual omitted: release's), checked. */
+function checkReservation (reservationId, ...actual) {
+  checkAmount(reservationId, 'reservationId', true)
+  if (actual.length > 0) checkAmount(actual[0], 'actual', false)
+}
+
 function reservation (row) {
   return {
     granted: row.granted,
@@ -133,6 +150,8 @@ module.exports = {
   consumeCall,
   decision,
   reservation,
+  reserveCall,
+  checkReservation,
   runTrackGroup,
   runConsumeGroup,
   checkName,

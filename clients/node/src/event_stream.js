@@ -48,14 +48,16 @@ class EventStream {
    * @param {import('./features').FeatureCache} [opts.features]
    * @param {(kind: string, event: object) => void} opts.emit
    * @param {(err: Error) => void} opts.onError
+   * @param {(connected: boolean) => void} [opts.onState]  caught up after a connect; lost after that
    * @param {{ initialDelayMs?: number, maxDelayMs?: number }} [opts.reconnect]
    */
-  constructor ({ connect, cache, features = null, emit, onError, reconnect = {} }) {
+  constructor ({ connect, cache, features = null, emit, onError, onState = () => {}, reconnect = {} }) {
     this._connect = connect
     this._cache = cache
     this._features = features
     this._emit = emit
     this._onError = onError
+    this._onState = onState
     this._initialDelay = reconnect.initialDelayMs ?? 100
     this._maxDelay = reconnect.maxDelayMs ?? 5000
     this._client = null
@@ -140,11 +142,13 @@ class EventStream {
         await this._sync(client)
         delay = this._initialDelay
         this._readyResolve()
+        this._onState(true)
         this._kick(client)
         await lost
       } catch (err) {
         if (!this._closed) this._report(err)
       }
+      if (this._synced && !this._closed) this._onState(false)
       this._synced = false
       this._dropInbox()
       this._client = null

@@ -9,6 +9,15 @@
 //     keeps (src/event_stream.js, src/cache.js); with one database, also
 //     the FeatureCache, loaded per tenant on the stream's connection and
 //     kept by its events (src/features.js).
+// Faults (README "Faults and retries"): every call has a deadline; one
+// attempt runs on one pool connection (_attempt), which is given back
+// broken when the connection failed; an attempt that was not applied, or
+// whose outcome is unknown and which carries an idempotency key, is made
+// again until the deadline (src/batcher.js for the grouped calls, _call for
+// the others); src/outcome.js says which is which.  Errors of connections
+// no call is waiting on (idle pool connections, the LISTEN sessions) go to
+// fm.on('error'), or are logged once per kind when nothing listens: none
+// can end the process.
 
 const { EventEmitter } = require('node:events')
 const pg = require('pg')
@@ -19,6 +28,7 @@ const { FeatureCache } = require('./features')
 const { tenantFeatures, featureAnswer } = require('./sql/features')
 const { EventStream } = require('./event_stream')
 const { FlagMeterClosedError } = require('./errors')
+const { outcomeOf, callError, leavesConnection } = require('./outcome')
 const calls = require('./calls')
 const { check } = require('./sql/check')
 const { track } = require('./sql/track')
@@ -60,35 +70,55 @@ class Transaction {
   }
 
   async reserve (tenant, meter, amount, options = {}) {
-    calls.checkName(tenant, 'tenant')
-    calls.checkName(meter, 'meter')
-    calls.checkAmount(amount, 'amount', true)
-    const ttl = calls.checkTtl(options.ttl)
-    const key = calls.checkKey(options.key)
-    return calls.reservation(await credits.reserve(this.client, tenant, meter, amount, ttl ?? '5 minutes', key))
+    const c = calls.reserveCall(tenant, meter, amount, options)
+    return calls.reservation(await credits.reserve(this.client, c.tenant, c.meter, c.amount, c.ttl ?? '5 minutes', c.key))
   }
 
   async settle (reservationId, actual) {
-    calls.checkAmount(reservationId, 'reservationId', true)
-    calls.checkAmount(actual, 'actual', false)
+    calls.checkReservation(reservationId, actual)
     return calls.decision(await credits.settle(this.client, reservationId, actual))
   }
 
   async release (reservationId) {
-    calls.checkAmount(reservationId, 'reservationId', true)
+    calls.checkReservation(reservationId)
     return credits.release(this.client, reservationId)
   }
 }
 
+// Connections the client opens give up connecting after connectTimeoutMs
+// and keep TCP keepalives on, so that a server that went silent (a network
+// partition, a paused pooler) shows as an error rather than as a wait.
+function connectionDefaults (options) {
+  return { connectionTimeoutMillis: options.connectTimeoutMs, keepAlive: true }
+}
+
 function poolConfig (options) {
-  if (options.connectionString) return { connectionString: options.connectionString, max: options.poolSize ?? 20 }
-  if (options.connection) return { max: options.poolSize ?? 20, ...options.connection }
+  const base = { max: options.poolSize ?? 20, ...connectionDefaults(options) }
+  if (options.connectionString) return { ...base, connectionString: options.connectionString }
+  if (options.connection) return { ...base, ...options.connection }
   return null
 }
 
 /** pg Client options for one LISTEN connection, from a string or options. */
 function clientConfig (listen) {
   return typeof listen === 'string' ? { connectionString: listen } : listen
+}
+
+function positive (value, name, fallback) {
+  if (value === undefined) return fallback
+  if (!Number.isFinite(value) || value <= 0) throw new RangeError(`${name} must be a positive number of milliseconds: ${value}`)
+  return value
+}
+
+function sleep (ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+/** Break a connection now: its query in flight fails at once, whatever the server does. */
+function destroy (client) {
+  const stream = client.connection && client.connection.stream
+  if (stream && typeof stream.destroy === 'function') stream.destroy()
+  else client.end().catch(() => {})
 }
 
 /**
@@ -115,15 +145,30 @@ class FlagMeter extends EventEmitter {
   /** @param {import('./index').FlagMeterOptions} options */
   constructor (options = {}) {
     super()
+    this._timeoutMs = positive(options.timeoutMs, 'timeoutMs', 5000)
+    options = { ...options, connectTimeoutMs: positive(options.connectTimeoutMs, 'connectTimeoutMs', Math.min(this._timeoutMs, 5000)) }
+    this._retry = { initialDelayMs: options.retry?.initialDelayMs ?? 25, maxDelayMs: options.retry?.maxDelayMs ?? 1000 }
     const own = poolConfig(options)
     if (options.pool && own) throw new TypeError('pass either pool or connection options, not both')
     if (!options.pool && !own) throw new TypeError('flagmeter needs a pg Pool (pool) or connection options (connectionString, connection)')
     this.pool = options.pool ?? new pg.Pool(own)
     this._ownsPool = !options.pool
+    // An idle connection of the client's own pool that the server ended: the
+    // pool drops it; heard here so that it cannot end the process.  (An
+    // app's own pool is the app's to listen to: README "Faults and retries".)
+    if (this._ownsPool) this.pool.on('error', (err) => this._reportError(err, 'pool'))
+    this._logged = new Set()
     this._closing = null
-    const batching = { maxInFlight: options.maxInFlight ?? 2, maxGroup: options.maxGroup ?? 500 }
-    this._tracks = new Batcher({ ...batching, run: (group) => this._withClient((db) => calls.runTrackGroup(db, group)) })
-    this._consumes = new Batcher({ ...batching, run: (group) => this._withClient((db) => calls.runConsumeGroup(db, group)) })
+    const batching = {
+      maxInFlight: options.maxInFlight ?? 2,
+      maxGroup: options.maxGroup ?? 500,
+      timeoutMs: this._timeoutMs,
+      retry: this._retry,
+      // a call with a key is recorded once however often it is sent
+      canRetryUnknown: (call) => call.key !== null
+    }
+    this._tracks = new Batcher({ ...batching, run: (group, deadline) => this._attempt((db) => calls.runTrackGroup(db, group), deadline) })
+    this._consumes = new Batcher({ ...batching, run: (group, deadline) => this._attempt((db) => calls.runConsumeGroup(db, group), deadline) })
     // One stream and one cache per shard: a shard's versions order only its
     // own events, and its tenants are on no other shard.
     const listens = listenConfigs(options)
@@ -131,8 +176,9 @@ class FlagMeter extends EventEmitter {
     this.cache = this._caches[0]
     this.features = new FeatureCache({ maxTenants: options.featureCacheSize ?? 10000 })
     this._featureLoads = new Map() // tenant -> the load in flight
+    const streamConnection = connectionDefaults(options)
     this._streams = listens.map((listen, shard) => new EventStream({
-      connect: () => new pg.Client(listen),
+      connect: () => new pg.Client({ ...streamConnection, ...listen }),
       cache: this._caches[shard],
       // Features are cached with one database only: which shard holds a
       // tenant is the proxy's to know, so with several the answers come
@@ -140,25 +186,118 @@ class FlagMeter extends EventEmitter {
       features: listens.length === 1 ? this.features : null,
       emit: (kind, event) => this.emit(kind, Object.assign(event, { shard })),
       onError: (err) => {
-        if (this.listenerCount('error') === 0) return
         if (listens.length > 1) err.shard = shard
-        this.emit('error', err)
+        this._reportError(err, 'listen')
       },
+      onState: (connected) => this.emit(connected ? 'connected' : 'disconnected', { shard }),
       reconnect: options.reconnect
     }))
   }
 
-  async _withClient (fn) {
-    const client = await this.pool.connect()
-    let broken
+  /**
+   * An error no call is waiting for (an idle pool connection, a LISTEN
+   * session, which reconnects by itself): to fm.on('error') with
+   * err.source, or, when nothing listens, logged once per source and code.
+   */
+  _reportError (err, source) {
+    if (err && typeof err === 'object') err.source = source
+    if (this.listenerCount('error') > 0) {
+      this.emit('error', err)
+      return
+    }
+    const kind = `${source} ${err?.code ?? err?.message}`
+    if (this._logged.has(kind)) return
+    this._logged.add(kind)
+    console.warn(`flagmeter: ${source}: ${err?.message ?? err} (logged once per kind; fm.on('error') hears every one)`)
+  }
+
+  /** A pool connection by the deadline; a late one goes back to the pool. */
+  _checkout (deadline) {
+    return new Promise((resolve, reject) => {
+      let done = false
+      const timer = setTimeout(() => {
+        done = true
+        reject(new Error('no pool connection became free in time'))
+      }, Math.max(0, deadline - Date.now()))
+      this.pool.connect().then((client) => {
+        if (done) return client.release()
+        done = true
+        clearTimeout(timer)
+        resolve(client)
+      }, (err) => {
+        if (done) return
+        done = true
+        clearTimeout(timer)
+        reject(err)
+      })
+    })
+  }
+
+  /**
+   * One attempt of fn(client) on a pool connection, ended by the deadline:
+   * resolves with its result or rejects with an error whose outcome is set
+   * (classify(err, sent, connectionFailed), src/outcome.js; null: the error
+   * passes untouched).
+   * A connection that failed goes back to the pool broken, so the pool
+   * ends it rather than lend it again.
+   */
+  async _attempt (fn, deadline, classify = outcomeOf) {
+    let client
     try {
+      client = await this._checkout(deadline)
+    } catch (err) {
+      throw callError(err, outcomeOf(err, false))
+    }
+    let broken = null
+    let sent = false
+    let timedOut = false
+    // the connection may fail while it is ours: heard here, never unhandled
+    const onError = (err) => { broken = broken ?? err }
+    client.on('error', onError)
+    const timer = setTimeout(() => {
+      timedOut = true
+      broken = broken ?? new Error('no answer before the deadline')
+      destroy(client)
+    }, Math.max(0, deadline - Date.now()))
+    try {
+      if (broken || client._ending || client._queryable === false) {
+        throw broken ?? new Error('the pool lent a connection that had ended')
+      }
+      sent = true
       return await fn(client)
     } catch (err) {
-      // a connection error leaves the client unusable: do not return it
-      broken = err instanceof pg.DatabaseError ? undefined : err
-      throw err
+      const connectionFailed = broken !== null || client._ending || client._queryable === false
+      const outcome = timedOut ? (sent ? 'unknown' : 'not_applied') : classify(err, sent, connectionFailed)
+      if (outcome === null) throw err
+      if (!leavesConnection(err)) broken = broken ?? err
+      const cause = timedOut ? new Error(`no answer within the call's deadline (${this._timeoutMs} ms)`) : err
+      throw callError(cause, outcome, { timedOut, timeoutMs: this._timeoutMs })
     } finally {
-      client.release(broken)
+      clearTimeout(timer)
+      client.release(broken ?? undefined)
+      // a broken connection may still report its end: keep hearing it
+      if (!broken) client.removeListener('error', onError)
+    }
+  }
+
+  /**
+   * fn(client) until it succeeds, is refused, has an unknown outcome and
+   * may not be sent again (retryUnknown false), or the deadline passes.
+   */
+  async _call (fn, retryUnknown, timeoutMs = this._timeoutMs) {
+    this._open()
+    const deadline = Date.now() + timeoutMs
+    let delay = this._retry.initialDelayMs
+    for (let attempts = 1; ; attempts++) {
+      try {
+        return await this._attempt(fn, deadline)
+      } catch (err) {
+        const again = err.outcome === 'not_applied' || (err.outcome === 'unknown' && retryUnknown)
+        if (!again) throw err
+        if (Date.now() + delay >= deadline) throw callError(err, err.outcome, { attempts, timedOut: true, timeoutMs })
+        await sleep(delay * (0.5 + Math.random() / 2))
+        delay = Math.min(delay * 2, this._retry.maxDelayMs)
+      }
     }
   }
 
@@ -194,14 +333,31 @@ class FlagMeter extends EventEmitter {
 
   /** The exact decision for amount more, recording nothing (a database read). */
   async check (tenant, meter, amount = 1) {
-    this._open()
-    return this._withClient((db) => new Transaction(db).check(tenant, meter, amount))
+    calls.checkName(tenant, 'tenant')
+    calls.checkName(meter, 'meter')
+    calls.checkAmount(amount, 'amount', false)
+    return this._call((db) => new Transaction(db).check(tenant, meter, amount), true)
   }
 
   /** Quota left plus what the tenant's active credit grants hold (a database read; null: unlimited). */
   async balance (tenant, meter) {
-    this._open()
-    return this._withClient((db) => new Transaction(db).balance(tenant, meter))
+    calls.checkName(tenant, 'tenant')
+    calls.checkName(meter, 'meter')
+    return this._call((db) => new Transaction(db).balance(tenant, meter), true)
+  }
+
+  /**
+   * Resolves once the database answered a trivial query on the request
+   * path (readiness probes); rejects with FlagMeterNotAppliedError when it
+   * did not within timeoutMs (default: the client's timeoutMs).
+   */
+  async ping ({ timeoutMs = this._timeoutMs } = {}) {
+    await this._call((db) => db.query('SELECT 1'), true, positive(timeoutMs, 'timeoutMs'))
+  }
+
+  /** Whether every LISTEN session is connected and caught up (false without one). */
+  get connected () {
+    return this._streams.length > 0 && this._streams.every((s) => s.synced)
   }
 
   /**
@@ -210,20 +366,20 @@ class FlagMeter extends EventEmitter {
    * resolves.  Unbatched: one transaction per call.
    */
   async reserve (tenant, meter, amount, options = {}) {
-    this._open()
-    return this._withClient((db) => new Transaction(db).reserve(tenant, meter, amount, options))
+    const { key } = calls.reserveCall(tenant, meter, amount, options)
+    return this._call((db) => new Transaction(db).reserve(tenant, meter, amount, options), key !== null)
   }
 
   /** Record actual for a reservation and free the rest of its hold; the decision of the recorded usage. */
   async settle (reservationId, actual) {
-    this._open()
-    return this._withClient((db) => new Transaction(db).settle(reservationId, actual))
+    calls.checkReservation(reservationId, actual)
+    return this._call((db) => new Transaction(db).settle(reservationId, actual), false)
   }
 
   /** Free a reservation's hold without recording usage; false when it had ended already. */
   async release (reservationId) {
-    this._open()
-    return this._withClient((db) => new Transaction(db).release(reservationId))
+    calls.checkReservation(reservationId)
+    return this._call((db) => new Transaction(db).release(reservationId), false)
   }
 
   /** Whether the tenant is blocked at a hard limit of the meter, from the cache. */
@@ -267,7 +423,7 @@ class FlagMeter extends EventEmitter {
       answer = f.answer(tenant, feature)
       if (answer !== undefined) return answer
     }
-    answer = await this._withClient((db) => featureAnswer(db, tenant, feature))
+    answer = await this._call((db) => featureAnswer(db, tenant, feature), true)
     f.know(feature) // it exists: the database did not raise
     return answer
   }
@@ -328,24 +484,36 @@ class FlagMeter extends EventEmitter {
   async transaction (clientOrFn, maybeFn) {
     this._open()
     if (typeof clientOrFn !== 'function') return maybeFn(new Transaction(clientOrFn))
-    return this._withClient(async (client) => {
+    let committing = false
+    // Until COMMIT is sent nothing can be committed: a fault is not
+    // applied, and the function's own errors pass as they are.  Not made
+    // again: the function is the app's, and may have done more than SQL.
+    const classify = (err, sent, connectionFailed) => {
+      if (committing) return outcomeOf(err, sent)
+      if (err instanceof pg.DatabaseError || connectionFailed) return outcomeOf(err, true) === 'refused' ? 'refused' : 'not_applied'
+      return null
+    }
+    return this._attempt(async (client) => {
       await client.query('BEGIN')
+      let result
       try {
-        const result = await clientOrFn(new Transaction(client))
-        await client.query('COMMIT')
-        return result
+        result = await clientOrFn(new Transaction(client))
       } catch (err) {
         await client.query('ROLLBACK').catch(() => {})
         throw err
       }
-    })
+      committing = true
+      await client.query('COMMIT')
+      return result
+    }, Date.now() + this._timeoutMs, classify)
   }
 
-  /** How many calls went in how many groups (server transactions), per kind. */
+  /** How many calls went in how many groups (server transactions), per kind; calls sent again; LISTEN reconnects. */
   stats () {
     return {
       track: { calls: this._tracks.calls, groups: this._tracks.groups },
       consume: { calls: this._consumes.calls, groups: this._consumes.groups },
+      retries: this._tracks.retries + this._consumes.retries,
       reconnects: this._streams.reduce((n, s) => n + s.reconnects, 0)
     }
   }

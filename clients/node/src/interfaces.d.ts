@@ -39,6 +39,15 @@ export interface FlagMeterOptions {
   reconnect?: { initialDelayMs?: number; maxDelayMs?: number }
   /** Most tenants the feature cache holds; the oldest loaded go first. Default 10000. */
   featureCacheSize?: number
+  /**
+   * Each call's deadline, retries included: by then it has resolved or
+   * rejected (README "Faults and retries"). Default 5000.
+   */
+  timeoutMs?: number
+  /** Connecting (the pool the client creates, the LISTEN sessions) gives up after this. Default min(timeoutMs, 5000). */
+  connectTimeoutMs?: number
+  /** Waits between the attempts of a call: doubles from initialDelayMs up to maxDelayMs, with jitter. Default 25 and 1000. */
+  retry?: { initialDelayMs?: number; maxDelayMs?: number }
 }
 
 export interface TrackOptions {
@@ -238,13 +247,24 @@ export interface FlagMeterEvents {
   grant_exhausted: [GrantEvent]
   grant_expired: [GrantEvent]
   invalidate: [InvalidateEvent]
-  /** errors of the LISTEN session (it reconnects by itself) */
-  error: [Error]
+  /**
+   * Errors no call waits for: an idle connection of the client's own pool
+   * that the server ended (err.source 'pool'), the LISTEN session's
+   * (err.source 'listen'; it reconnects by itself). Without a listener each
+   * kind is logged once with console.warn; never unhandled.
+   */
+  error: [Error & { source?: 'pool' | 'listen'; shard?: number }]
+  /** A LISTEN session is connected and caught up (after a reconnect, after its replay). */
+  connected: [{ shard: number }]
+  /** A LISTEN session that was caught up lost its connection (it reconnects by itself). */
+  disconnected: [{ shard: number }]
 }
 
 export interface FlagMeterStats {
   track: { calls: number; groups: number }
   consume: { calls: number; groups: number }
+  /** Calls of track and consume sent again after a fault. */
+  retries: number
   reconnects: number
 }
 
@@ -273,8 +293,12 @@ export declare class FlagMeter extends EventEmitter {
   readonly listenerPid: number | null
   /** Per shard: backend pid of its LISTEN session; null while disconnected. */
   readonly listenerPids: Array<number | null>
+  /** Whether every LISTEN session is connected and caught up; false without one. */
+  readonly connected: boolean
   /** Resolves once the cache holds its first snapshot; rejects if closed first. */
   ready (): Promise<void>
+  /** Resolves once the database answers on the request path; rejects with FlagMeterNotAppliedError after timeoutMs. */
+  ping (options?: { timeoutMs?: number }): Promise<void>
   /** Records usage; resolves once the event is durably committed. Grouped with concurrent calls. */
   track (tenant: string, meter: string, amount?: Int, options?: TrackOptions): Promise<TrackResult>
   /** Check-and-record against the limit, atomically; grouped with concurrent calls. */
@@ -317,7 +341,35 @@ export declare class FlagMeter extends EventEmitter {
   off<K extends keyof FlagMeterEvents> (event: K, listener: (...args: FlagMeterEvents[K]) => void): this
 }
 
+/** What became of a call that failed (README "Faults and retries"). */
+export type CallOutcome = 'refused' | 'not_applied' | 'unknown'
+
 /** Calls made after close() began reject with it; err.code is 'FLAGMETER_CLOSED'. */
 export declare class FlagMeterClosedError extends Error {
   readonly code: 'FLAGMETER_CLOSED'
+  readonly outcome: 'not_applied'
+}
+
+/** What the client's fault errors carry besides their code. */
+export declare class FlagMeterFaultError extends Error {
+  /** The error of the last attempt. */
+  readonly cause: unknown
+  /** Its SQLSTATE, when the server sent one (57P01, 53300, 57014, ...). */
+  readonly sqlstate: string | undefined
+  /** Attempts made. */
+  readonly attempts: number
+  /** Whether the call's deadline ended it. */
+  readonly timedOut: boolean
+}
+
+/** Nothing of the call was recorded; the same call may succeed later. */
+export declare class FlagMeterNotAppliedError extends FlagMeterFaultError {
+  readonly code: 'FLAGMETER_NOT_APPLIED'
+  readonly outcome: 'not_applied'
+}
+
+/** The connection went while the server had the call: send it again with the same key to settle it. */
+export declare class FlagMeterOutcomeUnknownError extends FlagMeterFaultError {
+  readonly code: 'FLAGMETER_OUTCOME_UNKNOWN'
+  readonly outcome: 'unknown'
 }
