@@ -30,10 +30,13 @@
 #   sqlsmith   tools/sqlsmith.sh 2000 against this cluster; one test, failed
 #              when the server log shows a crash
 #   node       the Node.js client's node:test suite (clients/node, `npm test`)
-#              against this cluster; one test
+#              against this cluster; one test.  Its fault files
+#              (test/faults*.test.js) start clusters of their own, of the
+#              version under test, through $FM_TMP/pg-run (write_pg_run), and
+#              pgbouncer on this machine, and restart, crash and fail them over
 #   dashboard  the reference app's node:test suite (examples/dashboard,
-#              `npm test`: API, webhooks, browser) against this cluster; one
-#              test
+#              `npm test`: API, webhooks, browser, faults on a cluster of its
+#              own as above) against this cluster; one test
 #
 # Each suite is its own `make installcheck` (the other two switched off on the
 # command line: REGRESS= / ISOLATION= / TAP_TESTS=), because a single
@@ -205,20 +208,50 @@ host_as_tree_owner() {
 	fi
 }
 
+# write_pg_run: $FM_TMP/pg-run, a command that runs its arguments as the
+# owner of this run's clusters with the version under test first on PATH
+# (in its chroot for 17 and 18), as run_as_pg does; and $FM_TMP/faults, a
+# directory that owner writes.  The fault suites of the Node client and of
+# the app start their clusters with it (clients/node/test/faults/cluster.js:
+# FLAGMETER_PG_RUN, FLAGMETER_FAULT_DIR), so they test the version under
+# test wherever its binaries run.
+write_pg_run() {
+	local f=$FM_TMP/pg-run
+	{
+		printf '#!/usr/bin/env bash\n'
+		printf '# Written by tools/test.sh for this run: run_as_pg "$@" (PostgreSQL %s).\n' "$FM_PG_MAJOR"
+		printf 'set -euo pipefail\n'
+		declare -p FM_TMP FM_PG_BINDIR FM_CHROOT FM_CHROOT_OWNER FM_OS_USER
+		printf 'FM_CHROOT_LOCK_FD=\n'
+		declare -f run_as_pg fm_chroot_exec
+		printf 'run_as_pg "$@"\n'
+	} >"$f"
+	chmod 755 "$f"
+	run_as_pg mkdir -p "$FM_TMP/faults"
+}
+
+# The environment of the host suites' fault files (write_pg_run).
+fault_env() {
+	printf '%s\n' "FLAGMETER_PG_RUN=$FM_TMP/pg-run" "FLAGMETER_FAULT_DIR=$FM_TMP/faults"
+}
+
 # run_node_client: the Node.js client's suite (clients/node, node:test) on
-# this machine, whatever the server's version, as the unprivileged user,
-# a client of the cluster over TCP (PGHOST, PGPORT, PGUSER as
-# run_host_check sets them).  `npm ci` (from the npm
-# registry, into the copy) only when node_modules is missing, as in a fresh
-# clone; npm's cache lives in the temp dir.
+# this machine, whatever the server's version, a client of the cluster over
+# TCP (PGHOST, PGPORT, PGUSER as run_host_check sets them).  `npm ci` (from
+# the npm registry, into the copy, as the unprivileged user) only when
+# node_modules is missing, as in a fresh clone; npm's cache lives in the
+# temp dir.  The tests run as the caller (root in CI): their fault files
+# start servers through pg-run, which enters the chroot for 17 and 18, and
+# pgbouncer, which they run as postgres.
 run_node_client() {
-	local dir=$FM_SRC/clients/node as=()
+	local dir=$FM_SRC/clients/node as=() faults
 	host_as_tree_owner as
 	if [[ ! -d $dir/node_modules ]]; then
 		"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
 			bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$dir" || return 1
 	fi
-	"${as[@]}" env HOME="$FM_TMP" PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" \
+	mapfile -t faults < <(fault_env)
+	env HOME="$FM_TMP" PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" "${faults[@]}" \
 		bash -c 'cd "$1" && npm test' _ "$dir"
 }
 
@@ -227,7 +260,7 @@ run_node_client() {
 # this machine, as run_node_client runs the client's.  As root chromium is
 # installed from Debian when missing.
 run_dashboard() {
-	local dir=$FM_SRC/examples/dashboard d as=()
+	local dir=$FM_SRC/examples/dashboard d as=() faults
 	host_as_tree_owner as
 	if ((EUID == 0)); then
 		if [[ ! -x /usr/bin/chromium ]]; then
@@ -240,7 +273,8 @@ run_dashboard() {
 				bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$d" || return 1
 		fi
 	done
-	"${as[@]}" env HOME="$FM_TMP" PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" \
+	mapfile -t faults < <(fault_env)
+	env HOME="$FM_TMP" PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" "${faults[@]}" \
 		DASHBOARD_TEST_OUTPUT="$FM_TMP/dashboard-output" bash -c 'cd "$1" && npm test' _ "$dir"
 }
 
@@ -261,6 +295,7 @@ run_host_check() {
 # run_host_suites: the suites that run on this machine against the cluster,
 # the same way for every PostgreSQL version.
 run_host_suites() {
+	write_pg_run
 	if has_files "$FM_SRC/tools/sqlsmith.sh"; then
 		run_host_check sqlsmith FM_SQLSMITH_SERVER_LOG="$FM_TMP/server.log" \
 			bash "$FM_SRC/tools/sqlsmith.sh" 2000

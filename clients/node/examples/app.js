@@ -9,6 +9,10 @@
 //
 // A tenant the cache knows is blocked is refused without a database round
 // trip; threshold and blocked events are logged (send them to Slack here).
+// While the database is away (a restart, a failover) calls fail within the
+// client's deadline and the app answers 503 with Retry-After: a caller that
+// sends its event again with the same key is counted once (README, "Faults
+// and retries").
 //
 // DATABASE_URL: the request path (may go through pgbouncer in transaction
 // mode); LISTEN_URL: a direct session on the primary for notifications.
@@ -21,7 +25,9 @@ const fm = new FlagMeter({
 })
 fm.on('threshold', (e) => console.log(`${e.tenant} reached ${e.threshold}% of ${e.meter} (${e.used}/${e.quota})`))
 fm.on('blocked', (e) => console.log(`${e.tenant} is blocked on ${e.meter} until the period ends`))
-fm.on('error', (err) => console.error('flagmeter listener:', err.message)) // it reconnects by itself
+// errors no call waits for (an idle connection the server ended, the LISTEN
+// session, which reconnects by itself): heard here, they cannot end the process
+fm.on('error', (err) => console.error(`flagmeter ${err.source}:`, err.message))
 
 // JSON that can carry BigInt figures (usage past 2^53)
 const json = (value) => JSON.stringify(value, (k, v) => (typeof v === 'bigint' ? v.toString() : v))
@@ -62,9 +68,14 @@ const server = http.createServer(async (req, res) => {
   try {
     [status, headers, body] = await route(req, new URL(req.url, 'http://app'))
   } catch (err) {
-    // SQLSTATEs of bad input (22xxx, 42704 unknown meter) are the client's fault
-    const bad = err instanceof TypeError || err instanceof RangeError || /^(22|42704)/.test(err.code ?? '')
-    ;[status, headers, body] = [bad ? 400 : 500, {}, { error: err.message }]
+    if (err.outcome === 'not_applied' || err.outcome === 'unknown') {
+      // the database is away: try again soon (with the same key: counted once)
+      ;[status, headers, body] = [503, { 'Retry-After': '1' }, { error: err.message, outcome: err.outcome }]
+    } else {
+      // SQLSTATEs of bad input (22xxx, 42704 unknown meter) are the client's fault
+      const bad = err instanceof TypeError || err instanceof RangeError || /^(22|42704)/.test(err.code ?? '')
+      ;[status, headers, body] = [bad ? 400 : 500, {}, { error: err.message }]
+    }
   }
   res.writeHead(status, { 'content-type': 'application/json', ...headers })
   res.end(json(body))

@@ -46,6 +46,19 @@ function serverRun (cmd, args) {
   return run(serverCommand(cmd, args), `${cmd} ${args.join(' ')}`)
 }
 
+/** serverRun without blocking the event loop: the load of a test goes on meanwhile. */
+function serverRunAsync (cmd, args) {
+  const [c, a] = serverCommand(cmd, args)
+  return new Promise((resolve, reject) => {
+    const child = spawn(c, a, { stdio: ['ignore', 'pipe', 'pipe'] })
+    let out = ''
+    child.stdout.on('data', (d) => { out += d })
+    child.stderr.on('data', (d) => { out += d })
+    child.on('error', reject)
+    child.on('exit', (code, sig) => (code === 0 ? resolve(out) : reject(new Error(`${cmd} ${args.join(' ')} failed (${code ?? sig}): ${out}`))))
+  })
+}
+
 // Whatever a test leaves running is stopped when the process exits,
 // however the test ended.
 const live = new Set()
@@ -144,6 +157,29 @@ class Cluster {
   crash () {
     this.stop('immediate')
     this.start()
+  }
+
+  // The same, without blocking the event loop (for faults under a load of
+  // the same process).
+  startAsync () {
+    return serverRunAsync('pg_ctl', ['-D', this.data, '-l', path.join(this.dir, 'server.log'), '-w', '-t', '60', 'start'])
+  }
+
+  stopAsync (mode = 'fast') {
+    return serverRunAsync('pg_ctl', ['-D', this.data, '-m', mode, '-w', '-t', '60', 'stop'])
+  }
+
+  restartAsync (mode = 'fast') {
+    return serverRunAsync('pg_ctl', ['-D', this.data, '-l', path.join(this.dir, 'server.log'), '-m', mode, '-w', '-t', '60', 'restart'])
+  }
+
+  async crashAsync () {
+    await this.stopAsync('immediate')
+    await this.startAsync()
+  }
+
+  promoteAsync () {
+    return serverRunAsync('pg_ctl', ['-D', this.data, '-w', '-t', '60', 'promote'])
   }
 
   /** pg_ctl stop that returns at once; the server goes on its own. */
@@ -248,7 +284,11 @@ class Pgbouncer {
     this.child = null
   }
 
-  static async create (target, { poolMode = 'transaction', poolSize = 20 } = {}) {
+  /**
+   * sessionDatabases: each also reachable as <name>_session in session
+   * mode, for a LISTEN session that follows pgbouncer's target.
+   */
+  static async create (target, { poolMode = 'transaction', poolSize = 20, sessionDatabases = [] } = {}) {
     if (!fs.existsSync(PGBOUNCER)) throw new Error('pgbouncer is not installed (Debian package pgbouncer)')
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fm-pgbouncer-'))
     if (asRoot) run(['chown', ['postgres:', dir]], 'chown')
@@ -256,6 +296,7 @@ class Pgbouncer {
     live.add(b)
     b.poolMode = poolMode
     b.poolSize = poolSize
+    b.sessionDatabases = sessionDatabases
     b.writeConfig(target)
     await b.start()
     return b
@@ -266,6 +307,7 @@ class Pgbouncer {
     fs.writeFileSync(path.join(this.dir, 'users.txt'), `"${SUPERUSER}" ""\n`)
     fs.writeFileSync(path.join(this.dir, 'pgbouncer.ini'), [
       '[databases]',
+      ...this.sessionDatabases.map((d) => `${d}_session = host=${target.host} port=${target.port} dbname=${d} pool_mode=session`),
       `* = host=${target.host} port=${target.port}`,
       '[pgbouncer]',
       `listen_addr = ${this.host}`,
@@ -279,6 +321,9 @@ class Pgbouncer {
       'max_client_conn = 2000',
       'ignore_startup_parameters = extra_float_digits,options',
       'server_reset_query =',
+      // a server that refused a login is tried again after 1 s, not 15: a
+      // failover's new primary is used as soon as it is there
+      'server_login_retry = 1',
       `logfile = ${path.join(this.dir, 'pgbouncer.log')}`,
       ''
     ].join('\n'))
