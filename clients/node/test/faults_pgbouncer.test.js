@@ -71,6 +71,16 @@ test('pgbouncer PAUSE, then RESUME', async () => {
   console.log('# pgbouncer pause:', JSON.stringify(s))
 })
 
+test('pgbouncer PAUSE longer than the deadline: calls fail, keyed ones are settled by their key', async () => {
+  const s = await underFault(cluster, (db) => Pgbouncer.create(cluster), async ({ db, bouncer }) => {
+    await bouncer.admin(`PAUSE ${db}`)
+    await sleep(TIMEOUT_MS + 1000)
+    await bouncer.admin(`RESUME ${db}`)
+  })
+  console.log('# pgbouncer long pause:', JSON.stringify(s))
+  assert.ok(s.failed.FLAGMETER_OUTCOME_UNKNOWN > 0, 'calls held by pgbouncer past their deadline: outcome unknown')
+})
+
 test('failover: the primary stops, its standby is promoted, pgbouncer is re-pointed (RELOAD)', async () => {
   // commits wait for the standby: what was acknowledged survives the failover
   const primary = await Cluster.create('failover', { conf: { synchronous_standby_names: "'*'" } })
