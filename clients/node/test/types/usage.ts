@@ -1,10 +1,26 @@
 // Compiled by test/types.test.js with tsc --noEmit: the declarations must
 // describe the API as a TypeScript app uses it (and reject misuse below).
-import { FlagMeter, FlagMeterClosedError, type Decision, type FeatureConfig, type Int, type ThresholdEvent } from 'flagmeter'
+import { FlagMeter, FlagMeterClosedError, FlagMeterNotAppliedError, FlagMeterOutcomeUnknownError, type CallOutcome, type Decision, type FeatureConfig, type Int, type ThresholdEvent } from 'flagmeter'
 import { Client, Pool } from 'pg'
 
 async function main (): Promise<void> {
-  const fm = new FlagMeter({ pool: new Pool(), listen: 'postgres://localhost/app', maxInFlight: 4, maxGroup: 500, featureCacheSize: 5000 })
+  const fm = new FlagMeter({
+    pool: new Pool(), listen: 'postgres://localhost/app', maxInFlight: 4, maxGroup: 500, featureCacheSize: 5000,
+    timeoutMs: 3000, connectTimeoutMs: 1000, retry: { initialDelayMs: 10, maxDelayMs: 500 }
+  })
+  fm.on('error', (e) => { const from: 'pool' | 'listen' | undefined = e.source; void from })
+  fm.on('disconnected', (e) => { const shard: number = e.shard; void shard })
+  fm.on('connected', () => {})
+  const up: boolean = fm.connected
+  await fm.ping({ timeoutMs: 500 })
+  try {
+    await fm.track('acme', 'api_calls', 1, { key: 'k2' })
+  } catch (e) {
+    if (e instanceof FlagMeterOutcomeUnknownError) { const o: 'unknown' = e.outcome; const a: number = e.attempts; void o; void a }
+    if (e instanceof FlagMeterNotAppliedError) { const s: string | undefined = e.sqlstate; const t: boolean = e.timedOut; void s; void t }
+  }
+  const outcome: CallOutcome = 'not_applied'
+  void up; void outcome
   const { counted }: { counted: boolean } = await fm.track('acme', 'api_calls', 1, { key: 'k', occurredAt: new Date() })
   const d: Decision = await fm.consume('acme', 'api_calls', 1n, { key: 'r' })
   const ds: Decision[] = await fm.consume('acme', ['api_calls', 'tokens'], [1, 800])
