@@ -9,15 +9,13 @@
 //     keeps (src/event_stream.js, src/cache.js); with one database, also
 //     the FeatureCache, loaded per tenant on the stream's connection and
 //     kept by its events (src/features.js).
-// Faults (README "Faults and retries"): every call has a deadline; one
-// attempt runs on one pool connection (_attempt), which is given back
-// broken when the connection failed; an attempt that was not applied, or
-// whose outcome is unknown and which carries an idempotency key, is made
-// again until the deadline (src/batcher.js for the grouped calls, _call for
-// the others); src/outcome.js says which is which.  Errors of connections
-// no call is waiting on (idle pool connections, the LISTEN sessions) go to
-// fm.on('error'), or are logged once per kind when nothing listens: none
-// can end the process.
+// Faults (README "Faults and retries"): every call has a deadline and runs
+// in attempts on the request path (src/request_path.js), grouped ones
+// through the batchers; an attempt that was not applied, or whose outcome
+// is unknown and which carries an idempotency key, is made again until the
+// deadline.  Errors of connections no call is waiting on (idle pool
+// connections, the LISTEN sessions) go to fm.on('error'), or are logged
+// once per kind when nothing listens: none can end the process.
 
 const { EventEmitter } = require('node:events')
 const pg = require('pg')
@@ -28,7 +26,8 @@ const { FeatureCache } = require('./features')
 const { tenantFeatures, featureAnswer } = require('./sql/features')
 const { EventStream } = require('./event_stream')
 const { FlagMeterClosedError } = require('./errors')
-const { outcomeOf, callError, leavesConnection } = require('./outcome')
+const { outcomeOf } = require('./outcome')
+const { RequestPath } = require('./request_path')
 const calls = require('./calls')
 const { check } = require('./sql/check')
 const { track } = require('./sql/track')
@@ -110,17 +109,6 @@ function positive (value, name, fallback) {
   return value
 }
 
-function sleep (ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms))
-}
-
-/** Break a connection now: its query in flight fails at once, whatever the server does. */
-function destroy (client) {
-  const stream = client.connection && client.connection.stream
-  if (stream && typeof stream.destroy === 'function') stream.destroy()
-  else client.end().catch(() => {})
-}
-
 /**
  * The LISTEN connections: one per shard (README "Scale-out": each shard has
  * its own outbox and versions, and a proxy does not forward notifications),
@@ -145,14 +133,15 @@ class FlagMeter extends EventEmitter {
   /** @param {import('./index').FlagMeterOptions} options */
   constructor (options = {}) {
     super()
-    this._timeoutMs = positive(options.timeoutMs, 'timeoutMs', 5000)
-    options = { ...options, connectTimeoutMs: positive(options.connectTimeoutMs, 'connectTimeoutMs', Math.min(this._timeoutMs, 5000)) }
-    this._retry = { initialDelayMs: options.retry?.initialDelayMs ?? 25, maxDelayMs: options.retry?.maxDelayMs ?? 1000 }
+    const timeoutMs = positive(options.timeoutMs, 'timeoutMs', 5000)
+    options = { ...options, connectTimeoutMs: positive(options.connectTimeoutMs, 'connectTimeoutMs', Math.min(timeoutMs, 5000)) }
+    const retry = { initialDelayMs: options.retry?.initialDelayMs ?? 25, maxDelayMs: options.retry?.maxDelayMs ?? 1000 }
     const own = poolConfig(options)
     if (options.pool && own) throw new TypeError('pass either pool or connection options, not both')
     if (!options.pool && !own) throw new TypeError('flagmeter needs a pg Pool (pool) or connection options (connectionString, connection)')
     this.pool = options.pool ?? new pg.Pool(own)
     this._ownsPool = !options.pool
+    this._path = new RequestPath(this.pool, { timeoutMs, retry })
     // An idle connection of the client's own pool that the server ended: the
     // pool drops it; heard here so that it cannot end the process.  (An
     // app's own pool is the app's to listen to: README "Faults and retries".)
@@ -162,13 +151,13 @@ class FlagMeter extends EventEmitter {
     const batching = {
       maxInFlight: options.maxInFlight ?? 2,
       maxGroup: options.maxGroup ?? 500,
-      timeoutMs: this._timeoutMs,
-      retry: this._retry,
+      timeoutMs,
+      retry,
       // a call with a key is recorded once however often it is sent
       canRetryUnknown: (call) => call.key !== null
     }
-    this._tracks = new Batcher({ ...batching, run: (group, deadline) => this._attempt((db) => calls.runTrackGroup(db, group), deadline) })
-    this._consumes = new Batcher({ ...batching, run: (group, deadline) => this._attempt((db) => calls.runConsumeGroup(db, group), deadline) })
+    this._tracks = new Batcher({ ...batching, run: (group, deadline) => this._path.attempt((db) => calls.runTrackGroup(db, group), deadline) })
+    this._consumes = new Batcher({ ...batching, run: (group, deadline) => this._path.attempt((db) => calls.runConsumeGroup(db, group), deadline) })
     // One stream and one cache per shard: a shard's versions order only its
     // own events, and its tenants are on no other shard.
     const listens = listenConfigs(options)
@@ -211,98 +200,18 @@ class FlagMeter extends EventEmitter {
     console.warn(`flagmeter: ${source}: ${err?.message ?? err} (logged once per kind; fm.on('error') hears every one)`)
   }
 
-  /** A pool connection by the deadline; a late one goes back to the pool. */
-  _checkout (deadline) {
-    return new Promise((resolve, reject) => {
-      let done = false
-      const timer = setTimeout(() => {
-        done = true
-        reject(new Error('no pool connection became free in time'))
-      }, Math.max(0, deadline - Date.now()))
-      this.pool.connect().then((client) => {
-        if (done) return client.release()
-        done = true
-        clearTimeout(timer)
-        resolve(client)
-      }, (err) => {
-        if (done) return
-        done = true
-        clearTimeout(timer)
-        reject(err)
-      })
-    })
-  }
-
-  /**
-   * One attempt of fn(client) on a pool connection, ended by the deadline:
-   * resolves with its result or rejects with an error whose outcome is set
-   * (classify(err, sent, connectionFailed), src/outcome.js; null: the error
-   * passes untouched).
-   * A connection that failed goes back to the pool broken, so the pool
-   * ends it rather than lend it again.
-   */
-  async _attempt (fn, deadline, classify = outcomeOf) {
-    let client
-    try {
-      client = await this._checkout(deadline)
-    } catch (err) {
-      throw callError(err, outcomeOf(err, false))
-    }
-    let broken = null
-    let sent = false
-    let timedOut = false
-    // the connection may fail while it is ours: heard here, never unhandled
-    const onError = (err) => { broken = broken ?? err }
-    client.on('error', onError)
-    const timer = setTimeout(() => {
-      timedOut = true
-      broken = broken ?? new Error('no answer before the deadline')
-      destroy(client)
-    }, Math.max(0, deadline - Date.now()))
-    try {
-      if (broken || client._ending || client._queryable === false) {
-        throw broken ?? new Error('the pool lent a connection that had ended')
-      }
-      sent = true
-      return await fn(client)
-    } catch (err) {
-      const connectionFailed = broken !== null || client._ending || client._queryable === false
-      const outcome = timedOut ? (sent ? 'unknown' : 'not_applied') : classify(err, sent, connectionFailed)
-      if (outcome === null) throw err
-      if (!leavesConnection(err)) broken = broken ?? err
-      const cause = timedOut ? new Error(`no answer within the call's deadline (${this._timeoutMs} ms)`) : err
-      throw callError(cause, outcome, { timedOut, timeoutMs: this._timeoutMs })
-    } finally {
-      clearTimeout(timer)
-      client.release(broken ?? undefined)
-      // a broken connection may still report its end: keep hearing it
-      if (!broken) client.removeListener('error', onError)
-    }
-  }
-
-  /**
-   * fn(client) until it succeeds, is refused, has an unknown outcome and
-   * may not be sent again (retryUnknown false), or the deadline passes.
-   */
-  async _call (fn, retryUnknown, timeoutMs = this._timeoutMs) {
-    this._open()
-    const deadline = Date.now() + timeoutMs
-    let delay = this._retry.initialDelayMs
-    for (let attempts = 1; ; attempts++) {
-      try {
-        return await this._attempt(fn, deadline)
-      } catch (err) {
-        const again = err.outcome === 'not_applied' || (err.outcome === 'unknown' && retryUnknown)
-        if (!again) throw err
-        if (Date.now() + delay >= deadline) throw callError(err, err.outcome, { attempts, timedOut: true, timeoutMs })
-        await sleep(delay * (0.5 + Math.random() / 2))
-        delay = Math.min(delay * 2, this._retry.maxDelayMs)
-      }
-    }
-  }
-
   _open () {
     if (this._closing) throw new FlagMeterClosedError()
+  }
+
+  /** An unbatched call on the request path (src/request_path.js). */
+  _call (fn, retryUnknown, timeoutMs) {
+    try {
+      this._open()
+    } catch (err) {
+      return Promise.reject(err)
+    }
+    return this._path.call(fn, retryUnknown, timeoutMs)
   }
 
   /** Resolves once the cache holds its first snapshot (rejects if closed first). */
@@ -351,7 +260,7 @@ class FlagMeter extends EventEmitter {
    * path (readiness probes); rejects with FlagMeterNotAppliedError when it
    * did not within timeoutMs (default: the client's timeoutMs).
    */
-  async ping ({ timeoutMs = this._timeoutMs } = {}) {
+  async ping ({ timeoutMs = this._path.timeoutMs } = {}) {
     await this._call((db) => db.query('SELECT 1'), true, positive(timeoutMs, 'timeoutMs'))
   }
 
@@ -493,7 +402,7 @@ class FlagMeter extends EventEmitter {
       if (err instanceof pg.DatabaseError || connectionFailed) return outcomeOf(err, true) === 'refused' ? 'refused' : 'not_applied'
       return null
     }
-    return this._attempt(async (client) => {
+    return this._path.attempt(async (client) => {
       await client.query('BEGIN')
       let result
       try {
@@ -505,7 +414,7 @@ class FlagMeter extends EventEmitter {
       committing = true
       await client.query('COMMIT')
       return result
-    }, Date.now() + this._timeoutMs, classify)
+    }, Date.now() + this._path.timeoutMs, classify)
   }
 
   /** How many calls went in how many groups (server transactions), per kind; calls sent again; LISTEN reconnects. */

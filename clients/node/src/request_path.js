@@ -1,0 +1,130 @@
+'use strict'
+// The request path: the pool every call runs on, with its deadlines and
+// retries (README "Faults and retries").
+//
+// attempt(fn, deadline) is one try: a pool connection by the deadline,
+// fn(client) on it, and the connection back to the pool, broken when it
+// failed so that the pool ends it rather than lend it again (a connection
+// that received a FATAL looks healthy to the pool until its socket closes).
+// While the attempt holds the connection it listens to its 'error' event:
+// node-postgres emits one on a checked-out client whose server went, and
+// an unheard 'error' ends the process.  A failed attempt rejects with an
+// error whose outcome is set (src/outcome.js).
+//
+// call(fn, retryUnknown) is a whole call: attempts until one succeeds, is
+// refused, has an unknown outcome and may not be sent again, or the
+// deadline passes; in between it waits (doubling, with jitter).  Grouped
+// calls do the same in src/batcher.js, which sends attempts through
+// attempt().
+
+const { outcomeOf, callError, leavesConnection } = require('./outcome')
+
+function sleep (ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+/** Break a connection now: its query in flight fails at once, whatever the server does. */
+function destroy (client) {
+  const stream = client.connection && client.connection.stream
+  if (stream && typeof stream.destroy === 'function') stream.destroy()
+  else client.end().catch(() => {})
+}
+
+class RequestPath {
+  /**
+   * @param {import('pg').Pool} pool
+   * @param {object} opts
+   * @param {number} opts.timeoutMs  a call's deadline
+   * @param {{ initialDelayMs: number, maxDelayMs: number }} opts.retry  waits between attempts
+   */
+  constructor (pool, { timeoutMs, retry }) {
+    this.pool = pool
+    this.timeoutMs = timeoutMs
+    this.retry = retry
+  }
+
+  /** A pool connection by the deadline; a late one goes back to the pool. */
+  _checkout (deadline) {
+    return new Promise((resolve, reject) => {
+      let done = false
+      const timer = setTimeout(() => {
+        done = true
+        reject(new Error('no pool connection became free in time'))
+      }, Math.max(0, deadline - Date.now()))
+      this.pool.connect().then((client) => {
+        if (done) return client.release()
+        done = true
+        clearTimeout(timer)
+        resolve(client)
+      }, (err) => {
+        if (done) return
+        done = true
+        clearTimeout(timer)
+        reject(err)
+      })
+    })
+  }
+
+  /**
+   * One attempt of fn(client), ended by the deadline (Date.now() time):
+   * resolves with its result or rejects with an error whose outcome is set
+   * by classify(err, sent, connectionFailed) (null: the error passes
+   * untouched, for the app's own errors in a transaction).
+   */
+  async attempt (fn, deadline, classify = outcomeOf) {
+    let client
+    try {
+      client = await this._checkout(deadline)
+    } catch (err) {
+      throw callError(err, outcomeOf(err, false))
+    }
+    let broken = null
+    let sent = false
+    let timedOut = false
+    const onError = (err) => { broken = broken ?? err }
+    client.on('error', onError)
+    const timer = setTimeout(() => {
+      timedOut = true
+      broken = broken ?? new Error('no answer before the deadline')
+      destroy(client)
+    }, Math.max(0, deadline - Date.now()))
+    try {
+      if (broken || client._ending || client._queryable === false) {
+        throw broken ?? new Error('the pool lent a connection that had ended')
+      }
+      sent = true
+      return await fn(client)
+    } catch (err) {
+      const connectionFailed = broken !== null || client._ending || client._queryable === false
+      const outcome = timedOut ? (sent ? 'unknown' : 'not_applied') : classify(err, sent, connectionFailed)
+      if (outcome === null) throw err
+      if (!leavesConnection(err)) broken = broken ?? err
+      const cause = timedOut ? new Error(`no answer within the call's deadline (${this.timeoutMs} ms)`) : err
+      throw callError(cause, outcome, { timedOut, timeoutMs: this.timeoutMs })
+    } finally {
+      clearTimeout(timer)
+      client.release(broken ?? undefined)
+      // a broken connection may still report its end: keep hearing it
+      if (!broken) client.removeListener('error', onError)
+    }
+  }
+
+  /** fn(client) as one call, sent again as the outcome allows until its deadline. */
+  async call (fn, retryUnknown, timeoutMs = this.timeoutMs) {
+    const deadline = Date.now() + timeoutMs
+    let delay = this.retry.initialDelayMs
+    for (let attempts = 1; ; attempts++) {
+      try {
+        return await this.attempt(fn, deadline)
+      } catch (err) {
+        const again = err.outcome === 'not_applied' || (err.outcome === 'unknown' && retryUnknown)
+        if (!again) throw err
+        if (Date.now() + delay >= deadline) throw callError(err, err.outcome, { attempts, timedOut: true, timeoutMs })
+        await sleep(delay * (0.5 + Math.random() / 2))
+        delay = Math.min(delay * 2, this.retry.maxDelayMs)
+      }
+    }
+  }
+}
+
+module.exports = { RequestPath }
