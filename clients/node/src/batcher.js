@@ -30,7 +30,10 @@
 // the database is away the queue waits between attempts (retryDelayMs,
 // doubling, with jitter), so no attempt loops on a refused connection.  A
 // call whose deadline passes, queued or between attempts, fails with the
-// last attempt's error marked timedOut.
+// last attempt's error marked timedOut, and as unknown when any of its
+// attempts was.  No attempt is sent with less than minAttemptMs left (the
+// group's deadline is its first call's): a call that close to its deadline
+// fails rather than be cut off in flight.
 //
 // Every promise settles: with its own result, with the group's error (each
 // caller of a group that was refused gets it, SQLSTATE in err.code), with
@@ -61,7 +64,8 @@ class Batcher {
     this._timeoutMs = timeoutMs
     this._canRetryUnknown = canRetryUnknown
     this._initialDelay = retry.initialDelayMs ?? 25
-    this._maxDelay = retry.maxDelayMs ?? 1000
+    this._maxDelay = retry.maxDelayMs ?? 250
+    this._minAttempt = Math.min(250, timeoutMs / 4)
     this._delay = this._initialDelay
     this._queue = [] // by deadline, earliest first
     this._inFlight = 0
@@ -78,7 +82,7 @@ class Batcher {
   push (item) {
     this.calls++
     return new Promise((resolve, reject) => {
-      this._queue.push({ item, resolve, reject, deadline: Date.now() + this._timeoutMs, attempts: 0, lastError: null })
+      this._queue.push({ item, resolve, reject, deadline: Date.now() + this._timeoutMs, attempts: 0, lastError: null, unknown: false })
       this._pump()
     })
   }
@@ -96,6 +100,7 @@ class Batcher {
         this._resumeTimer = setTimeout(() => { this._resumeTimer = null; this._pump() }, wait)
       }
     } else {
+      this._expire(Date.now() + this._minAttempt)
       while (this._inFlight < this._maxInFlight && this._queue.length > 0) {
         const group = this._queue.splice(0, this._maxGroup)
         this._inFlight++
@@ -134,24 +139,41 @@ class Batcher {
   _failed (group, err) {
     const outcome = err.outcome ?? 'refused'
     const again = []
-    const soon = Date.now() + this._delay
+    const last = Date.now() + this._minAttempt
     for (const g of group) {
       g.lastError = err
+      if (outcome === 'unknown') g.unknown = true
       const retryable = outcome === 'not_applied' || (outcome === 'unknown' && this._canRetryUnknown(g.item))
-      if (retryable && soon < g.deadline) again.push(g)
+      if (retryable && g.deadline > last) again.push(g)
       else g.reject(retryable ? this._expired(g) : callError(err, outcome))
     }
-    if (again.length === 0) return
-    this.retries += again.length
+    if (outcome === 'refused') return
+    // the database is away or busy: the next attempts, of these calls or
+    // of new ones, wait
     this._retryAt = Date.now() + this._delay * (0.5 + Math.random() / 2)
     this._delay = Math.min(this._delay * 2, this._maxDelay)
+    if (again.length === 0) return
+    this.retries += again.length
     this._queue = mergeByDeadline(again, this._queue)
   }
 
-  /** The error of a call whose deadline passed: its last attempt's, marked timedOut. */
+  /**
+   * The error of a call whose deadline passed (or is too near for an
+   * attempt): its last attempt's, marked timedOut; unknown when any
+   * attempt's outcome was.
+   */
   _expired (g) {
     const err = g.lastError ?? new Error('no pool connection became free')
-    return callError(err, err.outcome ?? 'not_applied', { attempts: g.attempts, timedOut: true, timeoutMs: this._timeoutMs })
+    const outcome = g.unknown ? 'unknown' : err.outcome ?? 'not_applied'
+    return callError(err, outcome, { attempts: g.attempts, timedOut: true, timeoutMs: this._timeoutMs })
+  }
+
+  /** Fail the queued calls whose deadline is before `by`. */
+  _expire (by) {
+    while (this._queue.length > 0 && this._queue[0].deadline <= by) {
+      const g = this._queue.shift()
+      g.reject(this._expired(g))
+    }
   }
 
   /** One timer, at the earliest queued deadline, fails the calls whose deadline passed. */
@@ -165,11 +187,7 @@ class Batcher {
     if (this._expiryTimer !== null) return
     this._expiryTimer = setTimeout(() => {
       this._expiryTimer = null
-      const now = Date.now()
-      while (this._queue.length > 0 && this._queue[0].deadline <= now) {
-        const g = this._queue.shift()
-        g.reject(this._expired(g))
-      }
+      this._expire(Date.now())
       this._pump()
     }, Math.max(0, this._queue[0].deadline - Date.now()))
   }

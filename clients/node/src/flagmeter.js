@@ -135,7 +135,7 @@ class FlagMeter extends EventEmitter {
     super()
     const timeoutMs = positive(options.timeoutMs, 'timeoutMs', 5000)
     options = { ...options, connectTimeoutMs: positive(options.connectTimeoutMs, 'connectTimeoutMs', Math.min(timeoutMs, 5000)) }
-    const retry = { initialDelayMs: options.retry?.initialDelayMs ?? 25, maxDelayMs: options.retry?.maxDelayMs ?? 1000 }
+    const retry = { initialDelayMs: options.retry?.initialDelayMs ?? 25, maxDelayMs: options.retry?.maxDelayMs ?? 250 }
     const own = poolConfig(options)
     if (options.pool && own) throw new TypeError('pass either pool or connection options, not both')
     if (!options.pool && !own) throw new TypeError('flagmeter needs a pg Pool (pool) or connection options (connectionString, connection)')

@@ -46,7 +46,7 @@ export interface FlagMeterOptions {
   timeoutMs?: number
   /** Connecting (the pool the client creates, the LISTEN sessions) gives up after this. Default min(timeoutMs, 5000). */
   connectTimeoutMs?: number
-  /** Waits between the attempts of a call: doubles from initialDelayMs up to maxDelayMs, with jitter. Default 25 and 1000. */
+  /** Waits between the attempts of a call: doubles from initialDelayMs up to maxDelayMs, with jitter. Default 25 and 250. */
   retry?: { initialDelayMs?: number; maxDelayMs?: number }
 }
 

@@ -56,7 +56,7 @@ function callError (err, outcome, { attempts = 1, timedOut = false, timeoutMs } 
     return err
   }
   if (err instanceof FlagMeterNotAppliedError || err instanceof FlagMeterOutcomeUnknownError) {
-    if (!timedOut || err.timedOut) return err
+    if (err.outcome === outcome && (!timedOut || err.timedOut)) return err
     err = err.cause ?? err
   }
   const why = err?.message ?? String(err)

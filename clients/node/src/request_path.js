@@ -13,7 +13,9 @@
 //
 // call(fn, retryUnknown) is a whole call: attempts until one succeeds, is
 // refused, has an unknown outcome and may not be sent again, or the
-// deadline passes; in between it waits (doubling, with jitter).  Grouped
+// deadline passes; in between it waits (doubling, with jitter).  No attempt
+// starts with less than minAttemptMs left, and a call that had an attempt
+// of unknown outcome fails as unknown.  Grouped
 // calls do the same in src/batcher.js, which sends attempts through
 // attempt().
 
@@ -41,6 +43,7 @@ class RequestPath {
     this.pool = pool
     this.timeoutMs = timeoutMs
     this.retry = retry
+    this.minAttemptMs = Math.min(250, timeoutMs / 4)
   }
 
   /** A pool connection by the deadline; a late one goes back to the pool. */
@@ -112,15 +115,19 @@ class RequestPath {
   /** fn(client) as one call, sent again as the outcome allows until its deadline. */
   async call (fn, retryUnknown, timeoutMs = this.timeoutMs) {
     const deadline = Date.now() + timeoutMs
+    const minAttempt = Math.min(this.minAttemptMs, timeoutMs / 4)
     let delay = this.retry.initialDelayMs
+    let unknown = false
     for (let attempts = 1; ; attempts++) {
       try {
         return await this.attempt(fn, deadline)
       } catch (err) {
+        unknown = unknown || err.outcome === 'unknown'
         const again = err.outcome === 'not_applied' || (err.outcome === 'unknown' && retryUnknown)
         if (!again) throw err
-        if (Date.now() + delay >= deadline) throw callError(err, err.outcome, { attempts, timedOut: true, timeoutMs })
-        await sleep(delay * (0.5 + Math.random() / 2))
+        const wait = Math.min(delay * (0.5 + Math.random() / 2), deadline - minAttempt - Date.now())
+        if (wait < 0) throw callError(err, unknown ? 'unknown' : err.outcome, { attempts, timedOut: true, timeoutMs })
+        await sleep(wait)
         delay = Math.min(delay * 2, this.retry.maxDelayMs)
       }
     }
