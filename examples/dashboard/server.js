@@ -7,8 +7,8 @@
 // session) and the database must have the extension; the app creates its
 // own schema, `dashboard`, for webhooks.  HOST (default 127.0.0.1) is the
 // address to listen on.  WEBHOOK_TIMEOUT_MS, WEBHOOK_RETRY_MS and
-// WEBHOOK_RETRY_MAX_MS tune deliveries; POOL_SIZE, FLAGMETER_MAX_IN_FLIGHT
-// and FLAGMETER_MAX_GROUP the client (see README, Node.js client, Options).  SIGINT or SIGTERM: stop taking
+// WEBHOOK_RETRY_MAX_MS tune deliveries; POOL_SIZE, FLAGMETER_TIMEOUT_MS (a
+// call's deadline), FLAGMETER_MAX_IN_FLIGHT and FLAGMETER_MAX_GROUP the client (see README, Node.js client, Options).  SIGINT or SIGTERM: stop taking
 // requests, finish the pending ones, exit.
 const { createApp } = require('./src/app')
 
@@ -28,6 +28,7 @@ async function main () {
     databaseUrl,
     instance: process.env.INSTANCE_NAME || `port ${port}`,
     poolSize: num('POOL_SIZE'),
+    timeoutMs: num('FLAGMETER_TIMEOUT_MS'),
     maxInFlight: num('FLAGMETER_MAX_IN_FLIGHT'),
     maxGroup: num('FLAGMETER_MAX_GROUP'),
     webhooks: { timeoutMs: num('WEBHOOK_TIMEOUT_MS'), retryMs: num('WEBHOOK_RETRY_MS'), retryMaxMs: num('WEBHOOK_RETRY_MAX_MS') },

@@ -148,8 +148,9 @@ class EventStream {
       } catch (err) {
         if (!this._closed) this._report(err)
       }
-      if (this._synced && !this._closed) this._onState(false)
+      const wasSynced = this._synced
       this._synced = false
+      if (wasSynced && !this._closed) this._onState(false)
       this._dropInbox()
       this._client = null
       await client.end().catch(() => {})

@@ -95,12 +95,16 @@ test('pg_terminate_backend of the request path', async () => {
 test('pg_terminate_backend of the LISTEN session: it reconnects and replays', async () => {
   const s = await underFault(async ({ db, fm }) => {
     const before = fm.stats().reconnects
+    const states = []
+    fm.on('disconnected', () => states.push(['disconnected', fm.connected]))
+    fm.on('connected', () => states.push(['connected', fm.connected]))
     assert.equal(await cluster.terminate(db, { applicationName: 'fm-listen' }), 1)
     const end = Date.now() + 10000
     while (fm.stats().reconnects === before || !fm.connected) {
       if (Date.now() > end) throw new Error('the LISTEN session did not come back')
       await sleep(20)
     }
+    assert.deepEqual(states, [['disconnected', false], ['connected', true]], 'the events say what fm.connected says')
   })
   console.log('# terminate listen:', JSON.stringify(s))
 })

@@ -130,6 +130,10 @@
         connect()
       }
     })
+    // the app's own connection to the database: a banner while it is lost
+    source.addEventListener('database', (m) => {
+      $('database').hidden = JSON.parse(m.data).connected
+    })
     source.addEventListener('quota', (m) => {
       const e = JSON.parse(m.data)
       view.updates.quota++

@@ -14,6 +14,20 @@ function badInput (err) {
 }
 
 /**
+ * Whether err says the database is away rather than that the request is
+ * wrong: a call of the client that was not applied or whose outcome is
+ * unknown (it retried until its deadline), the client closing, or, for
+ * the app's own reads on the client's pool, a connection that could not be
+ * had or was lost (the server starting, stopping, out of connections).
+ */
+function unavailable (err) {
+  if (err.outcome === 'not_applied' || err.outcome === 'unknown') return true
+  const code = err.code ?? ''
+  return /^(08|53|57P0)/.test(code) || ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE'].includes(code) ||
+    /^Connection terminated|timeout exceeded when trying to connect/.test(err.message ?? '')
+}
+
+/**
  * A call through the client's batcher, and the same call alone when its
  * group failed on bad input: the client fails every caller of a group with
  * the group's error (README, "Node.js client", Errors), and nothing of the
@@ -123,7 +137,8 @@ function createApi ({ fm, metrics, deliverer }) {
     postWebhook,
     listWebhooks: async () => [200, await listWebhooks(fm.pool)],
     removeWebhook: async (id) => (await removeWebhook(fm.pool, id)) ? [204, null] : [404, { error: 'no such webhook' }],
-    badInput
+    badInput,
+    unavailable
   }
 }
 

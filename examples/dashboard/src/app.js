@@ -8,7 +8,11 @@
 //   GET  /api/stream        server-sent events for the dashboard (?tenant=&meter= for its chart)
 //   GET/POST /api/webhooks, DELETE /api/webhooks/:id
 //   GET  /metrics           Prometheus
+//   GET  /healthz           200 while the process runs (liveness: reads nothing)
+//   GET  /readyz            200 when the database answers within 1 s, else 503 (readiness)
 //   GET  /                  the dashboard (public/, uPlot from node_modules: works offline)
+// While the database is away, what needs it answers 503 with Retry-After
+// (the client's calls fail within their deadline: FLAGMETER_TIMEOUT_MS).
 const fs = require('node:fs')
 const http = require('node:http')
 const path = require('node:path')
@@ -41,6 +45,7 @@ const STATIC = {
  * @param {number} [opts.poolSize]   the client's pool (20)
  * @param {number} [opts.maxInFlight]  the client's groups in flight per kind (its default, 4)
  * @param {number} [opts.maxGroup]   the client's largest group (its default, 500)
+ * @param {number} [opts.timeoutMs]  the client's deadline per call (its default, 5000)
  * @param {object} [opts.webhooks]   WebhookDeliverer options (timeoutMs, retryMs, ...)
  * @param {object} [opts.live]       LiveFeed options (stateMs, seriesMs)
  * @param {(msg: string) => void} [opts.log]
@@ -54,14 +59,13 @@ function createApp (opts) {
     // before the tables were analyzed); the app's other statements are small
     connection: { connectionString: opts.databaseUrl, options: '-c jit=off' },
     poolSize: opts.poolSize ?? 20,
+    ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs } : {}),
     ...(opts.maxInFlight ? { maxInFlight: opts.maxInFlight } : {}),
     ...(opts.maxGroup ? { maxGroup: opts.maxGroup } : {})
   })
-  fm.on('error', (err) => log(`flagmeter listener: ${err.message} (reconnecting)`))
-  // an idle pool connection that the server ends (a restart, a terminated
-  // backend) is dropped by the pool; unheard, node-postgres's 'error' would
-  // end the process
-  fm.pool.on('error', (err) => log(`pool: ${err.message}`))
+  // the client's pool and LISTEN session: an idle connection the server
+  // ended, a LISTEN session lost (it reconnects by itself)
+  fm.on('error', (err) => log(`flagmeter ${err.source}: ${err.message}`))
   const metrics = createMetrics(fm)
   for (const kind of ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed']) {
     fm.on(kind, () => metrics.quotaEvents.inc({ kind }))
@@ -93,6 +97,7 @@ function createApp (opts) {
   function routeName (req, url) {
     const p = url.pathname
     if (p.startsWith('/api/usage/')) return '/api/usage/:tenant'
+    if (p === '/healthz' || p === '/readyz') return p
     if (/^\/api\/webhooks\/\d+$/.test(p)) return '/api/webhooks/:id'
     if (STATIC[p] || p.startsWith('/api/') || p === '/metrics') return p
     return 'other'
@@ -114,6 +119,15 @@ function createApp (opts) {
     if (req.method === 'GET' && url.pathname === '/favicon.ico') {
       res.writeHead(204)
       res.end()
+      return
+    }
+    if (req.method === 'GET' && url.pathname === '/healthz') {
+      send(res, 200, { status: 'ok' })
+      return
+    }
+    if (req.method === 'GET' && url.pathname === '/readyz') {
+      fm.ping({ timeoutMs: 1000 }).then(() => send(res, 200, { ready: true }),
+        (err) => send(res, 503, { ready: false, error: err.message }, { 'Retry-After': '1' }))
       return
     }
     if (req.method === 'GET' && url.pathname === '/api/stream') {
@@ -139,6 +153,10 @@ function createApp (opts) {
       if (err instanceof TypeError || err instanceof RangeError) return send(res, 400, { error: err.message })
       if (api.badInput(err)) return send(res, 400, { error: err.message, sqlstate: err.code })
       if (err.code === 'FLAGMETER_CLOSED') return send(res, 503, { error: 'shutting down' })
+      if (api.unavailable(err)) {
+        return send(res, 503, { error: `the database is unavailable: ${err.message}`, outcome: err.outcome ?? 'not_applied', code: err.code },
+          { 'Retry-After': '1' })
+      }
       log(`${req.method} ${url.pathname}: ${err.stack ?? err.message}`)
       send(res, 500, { error: 'internal error', sqlstate: err.code })
     })

@@ -8,7 +8,10 @@
 // client (threshold, blocked, unblocked, limit or plan changed) is pushed at
 // once and brings the next state read forward.  With no dashboard open it
 // reads nothing.  The blocked list is the client's cache, which every
-// instance keeps from the same event sequence.
+// instance keeps from the same event sequence.  Whether the database is
+// reachable (the client's LISTEN session connected and caught up) is pushed
+// as a `database` event when it changes and to every new page: the page
+// shows a banner while it is not.
 const { status } = require('./sql/status')
 const { topTenants } = require('./sql/topTenants')
 const { minuteSeries } = require('./sql/minuteSeries')
@@ -72,6 +75,12 @@ class LiveFeed {
     for (const kind of ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed']) {
       fm.on(kind, (e) => this._quotaEvent(e))
     }
+    fm.on('connected', () => this._broadcast('database', this._databaseText()))
+    fm.on('disconnected', () => this._broadcast('database', this._databaseText()))
+  }
+
+  _databaseText () {
+    return json({ connected: this._fm.connected })
   }
 
   /** Fill the latest quota events from the outbox (then the client's events keep it). */
@@ -93,6 +102,7 @@ class LiveFeed {
     return {
       instance: this._instance,
       at: new Date(),
+      connected: this._fm.connected,
       tenants: tenantsOf(rows),
       blocked: this._fm.cache.blocked().sort((a, b) => (a.tenant + a.meter < b.tenant + b.meter ? -1 : 1)),
       top,
@@ -111,6 +121,7 @@ class LiveFeed {
     const c = { res, tenant, meter }
     this._clients.add(c)
     req.on('close', () => this._detach(c))
+    this._send(c, 'database', this._databaseText())
     if (this._state) this._send(c, 'state', this._stateText)
     if (tenant && meter) this._refreshSeries([[tenant, meter]], c).catch((err) => this._onError(err))
     if (this._clients.size === 1) this._startTimers()

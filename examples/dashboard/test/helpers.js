@@ -82,6 +82,8 @@ async function startApp (db, port, env = {}) {
     url: `http://127.0.0.1:${port}`,
     output: () => output,
     exited,
+    /** The exit code or signal once it exited, null while it runs. */
+    exitedCode: () => child.exitCode ?? child.signalCode,
     async stop (signal = 'SIGTERM') {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal)
       return exited
