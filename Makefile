@@ -32,6 +32,7 @@ OBJS = \
 	src/consume_batch.o \
 	src/grants.o \
 	src/pools.o \
+	src/holds.o \
 	src/reservations.o \
 	src/reads.o \
 	src/void.o \

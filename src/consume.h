@@ -29,7 +29,7 @@ typedef struct ConsumeItem
 	FmCounter	stripe0_after;	/* stripe 0 once the item is recorded */
 	FmGrantsHeld grants;		/* locked when the item needs them */
 	int64		draw;			/* what the item draws from them */
-	int64		held;			/* what reservations hold (reservations.h) */
+	int64		held;			/* what reservations hold (holds.h) */
 	bool		force;			/* never refused: a settle records usage that
 								 * happened */
 } ConsumeItem;

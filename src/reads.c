@@ -16,7 +16,7 @@
 #include "counter.h"
 #include "decision.h"
 #include "grants.h"
-#include "reservations.h"
+#include "holds.h"
 #include "limit_lookup.h"
 #include "period.h"
 #include "pools.h"

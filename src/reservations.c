@@ -1,7 +1,7 @@
 /*
  * reservations.c
  *	  reserve(), settle() and release(): holds against a tenant's quota
- *	  and credit grants (see reservations.h for the locking rule).
+ *	  and credit grants (see holds.h for the locking rule).
  */
 #include "postgres.h"
 #include "fmgr.h"
@@ -20,24 +20,14 @@
 #include "counter.h"
 #include "decision.h"
 #include "grants.h"
+#include "holds.h"
 #include "inflight.h"
 #include "limit_lookup.h"
 #include "period.h"
 #include "pools.h"
 #include "reads.h"
-#include "reservations.h"
 #include "statements.h"
 #include "usage_rows.h"
-
-/* the active holds at $3 */
-static FmStatement held_stmt = {
-	"SELECT COALESCE(pg_catalog.sum(r.amount), 0)::pg_catalog.int8"
-	" FROM flagmeter.reservations r"
-	" WHERE r.tenant" FM_EQ "$1 AND r.meter" FM_EQ "$2"
-	" AND r.settled_at IS NULL AND r.released_at IS NULL"
-	" AND r.expires_at OPERATOR(pg_catalog.>) $3",
-	3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
-};
 
 /* the tenant's first reservation of the meter: its calls count holds from now on */
 static FmStatement mark_account_stmt = {
@@ -80,25 +70,6 @@ static FmStatement release_stmt = {
 	" WHERE reservation_id" FM_EQ "$1",
 	1, {INT8OID}
 };
-
-int64
-fm_reservations_held(const char *tenant, const char *meter, TimestampTz now,
-					 bool read_only)
-{
-	Datum		args[3];
-	bool		isnull;
-	int64		held;
-
-	args[0] = CStringGetTextDatum(tenant);
-	args[1] = CStringGetTextDatum(meter);
-	args[2] = TimestampTzGetDatum(now);
-	SPI_connect();
-	fm_execute(&held_stmt, args, NULL, read_only, 1);
-	held = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
-									   &isnull));
-	SPI_finish();
-	return held;
-}
 
 /* A reservation's state, read under its row lock. */
 typedef struct LockedReservation

@@ -1,8 +1,8 @@
 /*
- * reservations.h
- *	  Reservations (reservations.c): an amount held against a tenant's
- *	  quota and credit grants until settle records the actual usage,
- *	  release gives it back, or its ttl passes.
+ * holds.h
+ *	  What a tenant's active reservations hold (holds.c): read by every
+ *	  decision of a meter with reservations (consume.c, reads.c) and by
+ *	  reserve() itself (reservations.c), below all three.
  *
  * A hold is made, and ends, under the period's stripe 0 lock, as consume
  * decides (reserve locks stripe 0; settle records through consume), and
@@ -11,8 +11,8 @@
  * latest committed; an expired hold counts for nobody, whether or not
  * maintain() has run.  Sum meters only.
  */
-#ifndef FLAGMETER_RESERVATIONS_H
-#define FLAGMETER_RESERVATIONS_H
+#ifndef FLAGMETER_HOLDS_H
+#define FLAGMETER_HOLDS_H
 
 #include "postgres.h"
 #include "datatype/timestamp.h"
@@ -24,4 +24,4 @@
 extern int64 fm_reservations_held(const char *tenant, const char *meter,
 								  TimestampTz now, bool read_only);
 
-#endif							/* FLAGMETER_RESERVATIONS_H */
+#endif							/* FLAGMETER_HOLDS_H */
