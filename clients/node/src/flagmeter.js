@@ -436,6 +436,7 @@ class FlagMeter extends EventEmitter {
       this._closing = (async () => {
         await Promise.all([this._tracks.drain(), this._consumes.drain()])
         await Promise.all(this._streams.map((s) => s.close()))
+        this._path.closed = true
         if (this._ownsPool) await this.pool.end()
       })()
     }

@@ -44,6 +44,7 @@ class RequestPath {
     this.timeoutMs = timeoutMs
     this.retry = retry
     this.minAttemptMs = Math.min(250, timeoutMs / 4)
+    this.closed = false // the pool is ending: no more attempts
   }
 
   /** A pool connection by the deadline; a late one goes back to the pool. */
@@ -124,7 +125,7 @@ class RequestPath {
       } catch (err) {
         unknown = unknown || err.outcome === 'unknown'
         const again = err.outcome === 'not_applied' || (err.outcome === 'unknown' && retryUnknown)
-        if (!again) throw err
+        if (!again || this.closed) throw err
         const wait = Math.min(delay * (0.5 + Math.random() / 2), deadline - minAttempt - Date.now())
         if (wait < 0) throw callError(err, unknown ? 'unknown' : err.outcome, { attempts, timedOut: true, timeoutMs })
         await sleep(wait)

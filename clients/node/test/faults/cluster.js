@@ -131,8 +131,18 @@ class Cluster {
       max_connections: 100,
       ...conf
     })
-    c.start()
-    return c
+    // a port found free can be taken before the server binds it (another
+    // run on this machine picks from the same range): then take another
+    for (let tries = 1; ; tries++) {
+      try {
+        c.start()
+        return c
+      } catch (err) {
+        if (tries >= 5 || !/could not bind|could not create any TCP\/IP sockets/.test(c.log())) throw err
+        c.port = await freePort()
+        c.configure({})
+      }
+    }
   }
 
   /** Append settings to postgresql.conf (the last one of a name wins). */
