@@ -2,13 +2,11 @@
 // `state` events redraw the tenants, blocked and top lists; `quota` events
 // add to the latest events at once; `series` events redraw the chart of the
 // chosen tenant and meter.  Choosing another one reopens the stream with it.
-// `connection` events say whether the app is connected to its database: a
-// banner is shown while it is not (the figures are then the last ones read).
 /* global uPlot, EventSource */
 (function () {
   'use strict'
   const $ = (id) => document.getElementById(id)
-  const view = { state: null, series: null, connected: null, updates: { state: 0, series: 0, quota: 0 }, chart: null }
+  const view = { state: null, series: null, updates: { state: 0, series: 0, quota: 0 }, chart: null }
   window.dashboard = view // for the browser test: what is drawn, and how often it changed
 
   function el (tag, props = {}, ...children) {
@@ -132,10 +130,9 @@
         connect()
       }
     })
-    // the app's connection to its database: a banner while it is lost
-    source.addEventListener('connection', (m) => {
-      view.connected = JSON.parse(m.data).connected
-      $('connection').hidden = view.connected
+    // the app's own connection to the database: a banner while it is lost
+    source.addEventListener('database', (m) => {
+      $('database').hidden = JSON.parse(m.data).connected
     })
     source.addEventListener('quota', (m) => {
       const e = JSON.parse(m.data)

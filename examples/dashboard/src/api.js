@@ -3,11 +3,8 @@
 // usage, webhooks.  Answers say what happened in PostgreSQL: 200 once the
 // event is committed (durable), 409 for a key recorded before, 429 when a
 // consume is refused, 400 with the SQLSTATE when the database refuses the
-// input.  While the database is away every call rejects with a fault
-// (err.outcome 'not_applied' or 'unknown', src/faults.js), which the app
-// answers 503.
+// input.
 const { HttpError } = require('./http')
-const faults = require('./faults')
 const { tenantUsage } = require('./sql/tenantUsage')
 const { addWebhook, listWebhooks, removeWebhook } = require('./sql/webhooks')
 
@@ -17,29 +14,32 @@ function badInput (err) {
 }
 
 /**
+ * Whether err says the database is away rather than that the request is
+ * wrong: a call of the client that was not applied or whose outcome is
+ * unknown (it retried until its deadline), the client closing, or, for
+ * the app's own reads on the client's pool, a connection that could not be
+ * had or was lost (the server starting, stopping, out of connections).
+ */
+function unavailable (err) {
+  if (err.outcome === 'not_applied' || err.outcome === 'unknown') return true
+  const code = err.code ?? ''
+  return /^(08|53|57P0)/.test(code) || ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE'].includes(code) ||
+    /^Connection terminated|timeout exceeded when trying to connect/.test(err.message ?? '')
+}
+
+/**
  * A call through the client's batcher, and the same call alone when its
  * group failed on bad input: the client fails every caller of a group with
  * the group's error (README, "Node.js client", Errors), and nothing of the
  * group was recorded, so a caller tries once more on its own to learn
  * whether the bad input was its own.  Only the bad call then fails.
  */
-async function grouped (call, alone, timeoutMs) {
-  const deadline = Date.now() + timeoutMs
+async function grouped (call, alone) {
   try {
     return await call()
   } catch (err) {
     if (!badInput(err)) throw err
-  }
-  // alone: one transaction, which the client does not send again; one that
-  // was not applied (COMMIT never sent: the database went meanwhile) is made
-  // again while the request's deadline allows, as the client would
-  for (let delay = 25; ; delay = Math.min(delay * 2, 250)) {
-    try {
-      return await alone()
-    } catch (err) {
-      if (err.outcome !== 'not_applied' || err.code === 'FLAGMETER_CLOSED' || Date.now() + delay >= deadline) throw err
-      await new Promise((resolve) => setTimeout(resolve, delay * (0.5 + Math.random() / 2)))
-    }
+    return alone()
   }
 }
 
@@ -80,15 +80,11 @@ function rateLimitHeaders (d) {
   return h
 }
 
-function createApi ({ fm, metrics, deliverer, timeoutMs }) {
-  // the app's own statements on the client's pool: 503 within the deadline too
-  const read = (fn) => faults.run(fn, { timeoutMs })
-  const write = (fn) => faults.run(fn, { timeoutMs, write: true })
-
+function createApi ({ fm, metrics, deliverer }) {
   async function postEvent (body) {
     const { tenant, meter, amount, id, opts } = usageBody(body)
     const { counted } = await grouped(() => fm.track(tenant, meter, amount, opts),
-      () => fm.transaction((tx) => tx.track(tenant, meter, amount, opts)), timeoutMs)
+      () => fm.transaction((tx) => tx.track(tenant, meter, amount, opts)))
     metrics.usageEvents.inc({ result: counted ? 'counted' : 'duplicate' })
     if (!counted) return [409, { error: 'duplicate: this id was recorded before', id, counted }]
     return [200, { counted, id: id ?? null }]
@@ -97,7 +93,7 @@ function createApi ({ fm, metrics, deliverer, timeoutMs }) {
   async function postConsume (body) {
     const { tenant, meter, amount, opts } = usageBody(body)
     const d = await grouped(() => fm.consume(tenant, meter, amount, opts),
-      () => fm.transaction((tx) => tx.consume(tenant, meter, amount, opts)), timeoutMs)
+      () => fm.transaction((tx) => tx.consume(tenant, meter, amount, opts)))
     metrics.consumes.inc({ result: d.granted ? 'granted' : 'refused' })
     const body2 = { granted: d.granted, used: d.used, quota: d.quota, remaining: d.remaining, resets_at: d.resetsAt, overage: d.overage, meter }
     if (!d.granted) return [429, { error: 'quota exceeded', ...body2 }, rateLimitHeaders(d)]
@@ -105,7 +101,7 @@ function createApi ({ fm, metrics, deliverer, timeoutMs }) {
   }
 
   async function getUsage (tenant) {
-    const rows = await read(() => tenantUsage(fm.pool, tenant))
+    const rows = await tenantUsage(fm.pool, tenant)
     return [200, {
       tenant,
       plan: rows.length ? rows[0].plan : null,
@@ -129,7 +125,7 @@ function createApi ({ fm, metrics, deliverer, timeoutMs }) {
     let parsed
     try { parsed = new URL(url) } catch { throw new HttpError(400, 'url is not a URL') }
     if (!/^https?:$/.test(parsed.protocol)) throw new HttpError(400, 'url must be http or https')
-    const w = await write(() => addWebhook(fm.pool, url, tenant))
+    const w = await addWebhook(fm.pool, url, tenant)
     deliverer.kick()
     return [201, w]
   }
@@ -139,10 +135,10 @@ function createApi ({ fm, metrics, deliverer, timeoutMs }) {
     postConsume,
     getUsage,
     postWebhook,
-    listWebhooks: async () => [200, await read(() => listWebhooks(fm.pool))],
-    removeWebhook: async (id) => (await write(() => removeWebhook(fm.pool, id))) ? [204, null] : [404, { error: 'no such webhook' }],
-    read,
-    badInput
+    listWebhooks: async () => [200, await listWebhooks(fm.pool)],
+    removeWebhook: async (id) => (await removeWebhook(fm.pool, id)) ? [204, null] : [404, { error: 'no such webhook' }],
+    badInput,
+    unavailable
   }
 }
 

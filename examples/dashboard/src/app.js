@@ -1,27 +1,18 @@
 'use strict'
 // The app: one node:http server on the flagmeter client.
 //
-//   POST /api/events        {tenant, meter, amount, id}  200 | 409 duplicate | 400 {sqlstate} | 503
-//   POST /api/consume       {tenant, meter, amount, id}  200 | 429, X-RateLimit-* headers | 503
+//   POST /api/events        {tenant, meter, amount, id}  200 | 409 duplicate | 400 {sqlstate}
+//   POST /api/consume       {tenant, meter, amount, id}  200 | 429, X-RateLimit-* headers
 //   GET  /api/usage/:tenant every meter: used, quota, remaining, state, resets_at
-//   GET  /api/state         what the dashboard shows, read now (connected: the LISTEN session's state)
-//   GET  /api/stream        server-sent events for the dashboard (?tenant=&meter= for its chart):
-//                           state, quota, series, connection {connected}
+//   GET  /api/state         what the dashboard shows, read now
+//   GET  /api/stream        server-sent events for the dashboard (?tenant=&meter= for its chart)
 //   GET/POST /api/webhooks, DELETE /api/webhooks/:id
 //   GET  /metrics           Prometheus
-//   GET  /healthz           200 {status: 'ok'} while the process runs (liveness: reads nothing)
-//   GET  /readyz            200 {ready: true} when the database answers within 1 s (fm.ping),
-//                           else 503 {ready: false, error} (readiness)
+//   GET  /healthz           200 while the process runs (liveness: reads nothing)
+//   GET  /readyz            200 when the database answers within 1 s, else 503 (readiness)
 //   GET  /                  the dashboard (public/, uPlot from node_modules: works offline)
-//
-// While the database is away (a restart, a failover, a terminated session)
-// the app degrades and does not die: what needs the database answers 503
-// with Retry-After: 1 and {error, outcome, code} once the call failed
-// within its deadline (FLAGMETER_TIMEOUT_MS, the client's timeoutMs: 5 s by
-// default), never 500 and never later; the page shows a banner while the
-// client's LISTEN session is down; webhook deliveries pause and resume
-// (src/webhooks.js).  An event sent again with the same id after a 503 is
-// counted once whatever became of the first.
+// While the database is away, what needs it answers 503 with Retry-After
+// (the client's calls fail within their deadline: FLAGMETER_TIMEOUT_MS).
 const fs = require('node:fs')
 const http = require('node:http')
 const path = require('node:path')
@@ -34,11 +25,8 @@ const { createMetrics } = require('./metrics')
 const { LiveFeed } = require('./live')
 const { WebhookDeliverer } = require('./webhooks')
 const { applySchema } = require('./sql/schema')
-const { faultOutcome, asFault } = require('./faults')
 
 const PUBLIC = path.join(__dirname, '..', 'public')
-// how soon to try again after a 503: the database is usually back within seconds
-const RETRY = { 'Retry-After': '1' }
 const UPLOT = path.dirname(require.resolve('uplot/dist/uPlot.iife.min.js'))
 
 // Every file the page loads, by URL: nothing else is served from disk.
@@ -55,7 +43,7 @@ const STATIC = {
  * @param {string} opts.databaseUrl  the request path and the LISTEN session (a direct connection)
  * @param {string} [opts.instance]   a name shown on the page and in /api/state
  * @param {number} [opts.poolSize]   the client's pool (20)
- * @param {number} [opts.maxInFlight]  the client's groups in flight per kind (its default)
+ * @param {number} [opts.maxInFlight]  the client's groups in flight per kind (its default, 4)
  * @param {number} [opts.maxGroup]   the client's largest group (its default, 500)
  * @param {number} [opts.timeoutMs]  the client's deadline per call (its default, 5000)
  * @param {object} [opts.webhooks]   WebhookDeliverer options (timeoutMs, retryMs, ...)
@@ -64,44 +52,26 @@ const STATIC = {
  */
 function createApp (opts) {
   const log = opts.log ?? ((msg) => console.error(msg))
-  // a call's deadline: the client's, and the app's own statements'
-  const timeoutMs = opts.timeoutMs || 5000
-  // jit off: the dashboard's read of the status view covers every tenant,
-  // is estimated past jit_above_cost, and compiled longer than it ran
-  // (10 000 tenants: 223 ms against 133-145 without JIT, 477 against 99
-  // before the tables were analyzed); the app's other statements are small.
-  // Each kind of session is named (pg_stat_activity.application_name),
-  // unless DATABASE_URL names them.
-  const session = (name) => ({ connectionString: opts.databaseUrl, options: '-c jit=off', application_name: name })
   const fm = new FlagMeter({
-    connection: session('flagmeter-dashboard'),
-    listen: session('flagmeter-dashboard listen'),
+    // jit off: the dashboard's read of the status view covers every tenant,
+    // is estimated past jit_above_cost, and compiled longer than it ran
+    // (10 000 tenants: 223 ms against 133-145 without JIT, 477 against 99
+    // before the tables were analyzed); the app's other statements are small
+    connection: { connectionString: opts.databaseUrl, options: '-c jit=off' },
     poolSize: opts.poolSize ?? 20,
-    timeoutMs,
+    ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs } : {}),
     ...(opts.maxInFlight ? { maxInFlight: opts.maxInFlight } : {}),
     ...(opts.maxGroup ? { maxGroup: opts.maxGroup } : {})
   })
   // the client's pool and LISTEN session: an idle connection the server
   // ended, a LISTEN session lost (it reconnects by itself)
   fm.on('error', (err) => log(`flagmeter ${err.source}: ${err.message}`))
-  // Every connection of the client's pool keeps an 'error' listener for its
-  // whole life.  The pool and the client listen only while one of them holds
-  // the connection, and between the two there is a gap: a new connection is
-  // handed over in the same read as its ReadyForQuery, and a FATAL in that
-  // read (pg_terminate_backend just after the login) was emitted with no
-  // listener, which ended the process.  The connection is then found ended
-  // and the call made again; an error only this listener heard is logged.
-  fm.pool.on('connect', (client) => {
-    client.on('error', (err) => {
-      if (client.listenerCount('error') === 1) log(`flagmeter pool: ${err.message} (a connection being handed over)`)
-    })
-  })
   const metrics = createMetrics(fm)
   for (const kind of ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed']) {
     fm.on(kind, () => metrics.quotaEvents.inc({ kind }))
   }
   const deliverer = new WebhookDeliverer({
-    connection: { connectionString: opts.databaseUrl, application_name: 'flagmeter-dashboard webhooks' },
+    connection: { connectionString: opts.databaseUrl },
     ...opts.webhooks,
     onAttempt: (result) => metrics.webhookAttempts.inc({ result }),
     onError: (err) => log(`webhooks: ${err.message}`)
@@ -109,7 +79,7 @@ function createApp (opts) {
   for (const kind of ['threshold', 'blocked', 'unblocked']) fm.on(kind, () => deliverer.kick())
   const live = new LiveFeed({ fm, instance: opts.instance ?? `pid ${process.pid}`, ...opts.live, onError: (err) => log(`dashboard: ${err.message}`) })
   metrics.state.streamClients = () => live.clients
-  const api = createApi({ fm, metrics, deliverer, timeoutMs })
+  const api = createApi({ fm, metrics, deliverer })
 
   async function route (req, url) {
     const p = url.pathname
@@ -117,7 +87,7 @@ function createApp (opts) {
     if (m === 'POST' && p === '/api/events') return api.postEvent(await readJson(req))
     if (m === 'POST' && p === '/api/consume') return api.postConsume(await readJson(req))
     if (m === 'GET' && p.startsWith('/api/usage/')) return api.getUsage(decodeURIComponent(p.slice('/api/usage/'.length)))
-    if (m === 'GET' && p === '/api/state') return [200, await api.read(() => live.snapshot())]
+    if (m === 'GET' && p === '/api/state') return [200, await live.snapshot()]
     if (m === 'GET' && p === '/api/webhooks') return api.listWebhooks()
     if (m === 'POST' && p === '/api/webhooks') return api.postWebhook(await readJson(req))
     if (m === 'DELETE' && /^\/api\/webhooks\/\d+$/.test(p)) return api.removeWebhook(p.split('/').pop())
@@ -151,16 +121,13 @@ function createApp (opts) {
       res.end()
       return
     }
-    // liveness: the process answers; it reads nothing, so a database away
-    // does not get the app restarted
     if (req.method === 'GET' && url.pathname === '/healthz') {
       send(res, 200, { status: 'ok' })
       return
     }
-    // readiness: the database answers on the request path within a second
     if (req.method === 'GET' && url.pathname === '/readyz') {
       fm.ping({ timeoutMs: 1000 }).then(() => send(res, 200, { ready: true }),
-        (err) => send(res, 503, { ready: false, error: err.message }, RETRY))
+        (err) => send(res, 503, { ready: false, error: err.message }, { 'Retry-After': '1' }))
       return
     }
     if (req.method === 'GET' && url.pathname === '/api/stream') {
@@ -185,13 +152,10 @@ function createApp (opts) {
       // arguments the client checks itself, and input the database refused
       if (err instanceof TypeError || err instanceof RangeError) return send(res, 400, { error: err.message })
       if (api.badInput(err)) return send(res, 400, { error: err.message, sqlstate: err.code })
-      if (err.code === 'FLAGMETER_CLOSED') return send(res, 503, { error: 'shutting down', outcome: err.outcome, code: err.code }, RETRY)
-      // the database is away: the call was not applied, or its outcome is
-      // unknown (an event sent again with its id is counted once)
-      const outcome = faultOutcome(err)
-      if (outcome !== null) {
-        const fault = asFault(err, outcome)
-        return send(res, 503, { error: fault.message, outcome, code: fault.code }, RETRY)
+      if (err.code === 'FLAGMETER_CLOSED') return send(res, 503, { error: 'shutting down' })
+      if (api.unavailable(err)) {
+        return send(res, 503, { error: `the database is unavailable: ${err.message}`, outcome: err.outcome ?? 'not_applied', code: err.code },
+          { 'Retry-After': '1' })
       }
       log(`${req.method} ${url.pathname}: ${err.stack ?? err.message}`)
       send(res, 500, { error: 'internal error', sqlstate: err.code })

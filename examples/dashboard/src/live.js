@@ -8,16 +8,10 @@
 // client (threshold, blocked, unblocked, limit or plan changed) is pushed at
 // once and brings the next state read forward.  With no dashboard open it
 // reads nothing.  The blocked list is the client's cache, which every
-// instance keeps from the same event sequence.
-//
-// Whether the app is connected to its database (fm.connected: the client's
-// LISTEN session connected and caught up) is pushed as a `connection`
-// event {connected} when it changes (the client's 'connected' and
-// 'disconnected') and to every new page, and is in every state as
-// `connected`: the page shows a banner while it is false.  While the
-// database is away the state reads fail: the first failure is logged (and
-// the next one only if it differs), the last state stays on the pages, and
-// the reads go on at their pace until they work again.
+// instance keeps from the same event sequence.  Whether the database is
+// reachable (the client's LISTEN session connected and caught up) is pushed
+// as a `database` event when it changes and to every new page: the page
+// shows a banner while it is not.
 const { status } = require('./sql/status')
 const { topTenants } = require('./sql/topTenants')
 const { minuteSeries } = require('./sql/minuteSeries')
@@ -81,20 +75,12 @@ class LiveFeed {
     for (const kind of ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed']) {
       fm.on(kind, (e) => this._quotaEvent(e))
     }
-    this._lastError = null // the message of the last read failure logged, until a read works
-    fm.on('connected', () => this._broadcast('connection', this._connectionText()))
-    fm.on('disconnected', () => this._broadcast('connection', this._connectionText()))
+    fm.on('connected', () => this._broadcast('database', this._databaseText()))
+    fm.on('disconnected', () => this._broadcast('database', this._databaseText()))
   }
 
-  _connectionText () {
+  _databaseText () {
     return json({ connected: this._fm.connected })
-  }
-
-  /** A read failed: logged when it is the first of a run of failures, or another error. */
-  _readFailed (err) {
-    if (this._closed || err.message === this._lastError) return
-    this._lastError = err.message
-    this._onError(err)
   }
 
   /** Fill the latest quota events from the outbox (then the client's events keep it). */
@@ -135,10 +121,9 @@ class LiveFeed {
     const c = { res, tenant, meter }
     this._clients.add(c)
     req.on('close', () => this._detach(c))
+    this._send(c, 'database', this._databaseText())
     if (this._state) this._send(c, 'state', this._stateText)
-    // after the last state (which may be older): the word on the connection now
-    this._send(c, 'connection', this._connectionText())
-    if (tenant && meter) this._refreshSeries([[tenant, meter]], c).catch((err) => this._readFailed(err))
+    if (tenant && meter) this._refreshSeries([[tenant, meter]], c).catch((err) => this._onError(err))
     if (this._clients.size === 1) this._startTimers()
     return c
   }
@@ -160,7 +145,7 @@ class LiveFeed {
     this._refreshState()
     this._timers.push(setInterval(() => this._refreshState(), this._stateMs))
     this._timers.push(setInterval(() => {
-      this._refreshSeries().catch((err) => this._readFailed(err))
+      this._refreshSeries().catch((err) => this._onError(err))
     }, this._seriesMs))
     // a comment now and then keeps proxies from closing an idle stream
     this._timers.push(setInterval(() => this._broadcast('ping', '{}'), 15000))
@@ -181,14 +166,13 @@ class LiveFeed {
         const s = await this.snapshot()
         const { at, ...rest } = s
         const text = json(rest)
-        this._lastError = null
         if (text !== this._stateText) {
           this._state = s
           this._stateText = text
           this._broadcast('state', text)
         }
       } catch (err) {
-        this._readFailed(err)
+        if (!this._closed) this._onError(err)
       } finally {
         this._stateRun = null
       }

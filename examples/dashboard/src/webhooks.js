@@ -24,18 +24,6 @@
 //   forever (at least once means never giving up).
 // - A dead URL does not hold up other pairs: up to `concurrency` pairs are
 //   in flight at once, each waiting only for its own answer.
-// - Deliveries pause while the database is away and resume after (a stop,
-//   a restart, pg_terminate_backend of the session): the session's pg
-//   Client has an 'error' listener from its creation on, after end() too
-//   (node-postgres emits a FATAL or a socket error whenever it comes, and
-//   an 'error' nobody hears ends the process).  A lost session ends its
-//   loop; attempts in flight cannot record their outcome, so their events
-//   go again (at least once).  A new session follows after a pause of
-//   reconnectMs, doubling while it fails, up to lockRetryMs; its failures
-//   are logged once per kind until it connects again.
-// - No busy loop: kick() (a new quota event) wakes the deliverer's wait for
-//   work, never a standby's wait for the lock nor the pause between
-//   sessions; with nothing pending it looks every pollMs.
 const pg = require('pg')
 const { scanOutbox } = require('./sql/scanOutbox')
 const { dueDeliveries, nextDueIn } = require('./sql/dueDeliveries')
@@ -80,32 +68,25 @@ class WebhookDeliverer {
    * @param {number} [opts.concurrency]   pairs in flight at once (8)
    * @param {number} [opts.pollMs]        look for work at least this often (1 s)
    * @param {number} [opts.lockRetryMs]   a standby tries to become the deliverer (2 s)
-   * @param {number} [opts.reconnectMs]   first pause before a new session after a lost one (100 ms)
-   * @param {number} [opts.connectTimeoutMs]  give up connecting after this (5 s)
    * @param {(result: string) => void} [opts.onAttempt]  'delivered' | 'failed'
    * @param {(err: Error) => void} [opts.onError]
    */
   constructor (opts) {
-    // keepalives: a server gone silent shows as an error, not as a wait
-    this._connection = { connectionTimeoutMillis: opts.connectTimeoutMs ?? 5000, keepAlive: true, ...opts.connection }
+    this._connection = opts.connection
     this._timeoutMs = opts.timeoutMs ?? 5000
     this._retryMs = opts.retryMs ?? 1000
     this._retryMaxMs = opts.retryMaxMs ?? 300000
     this._concurrency = opts.concurrency ?? 8
     this._pollMs = opts.pollMs ?? 1000
     this._lockRetryMs = opts.lockRetryMs ?? 2000
-    this._reconnectMs = Math.min(opts.reconnectMs ?? 100, this._lockRetryMs)
     this._onAttempt = opts.onAttempt ?? (() => {})
     this._onError = opts.onError ?? (() => {})
     this._client = null
-    this._lost = null // why the current session's connection went
-    this._lastError = null // the message last logged, until a session connects
     this._leader = false
     this._closed = false
     this._busy = new Map() // "webhook/tenant" -> promise of its attempt
     this._aborts = new Set()
-    this._sleepers = new Set() // woken by kick() and close()
-    this._pauses = new Set() // woken by close() only
+    this._sleepers = new Set()
     this._kicked = false
     this._loop = null
   }
@@ -123,51 +104,41 @@ class WebhookDeliverer {
   /** New quota events may be in the outbox: look now rather than at the next poll. */
   kick () {
     this._kicked = true
-    for (const wake of this._sleepers) wake()
+    this._wakeAll()
   }
 
   async close () {
     this._closed = true
     for (const a of this._aborts) a.abort()
-    for (const wake of [...this._sleepers, ...this._pauses]) wake()
+    this._wakeAll()
     if (this._loop) await this._loop
   }
 
-  /**
-   * Resolves after ms, or at once on close(), and on kick() when kickable
-   * (the deliverer's wait for work); its timer never outlives it.
-   */
-  _sleep (ms, kickable = true) {
-    if (this._closed || (kickable && this._kicked)) return Promise.resolve()
-    const sleepers = kickable ? this._sleepers : this._pauses
+  /** Resolves after ms, or at once on kick() or close(); its timer never outlives it. */
+  _sleep (ms) {
+    if (this._closed || this._kicked) return Promise.resolve()
     let timer
     let wake
     return new Promise((resolve) => {
       wake = resolve
       timer = setTimeout(resolve, ms)
-      sleepers.add(wake)
+      this._sleepers.add(wake)
     }).finally(() => {
       clearTimeout(timer)
-      sleepers.delete(wake)
+      this._sleepers.delete(wake)
     })
   }
 
-  /** An error of the session, logged once per message until a session connects again. */
-  _report (err) {
-    if (this._closed || err?.message === this._lastError) return
-    this._lastError = err?.message
-    this._onError(err)
+  _wakeAll () {
+    for (const wake of this._sleepers) wake()
   }
 
   async _run () {
-    let pause = this._reconnectMs
     while (!this._closed) {
-      const began = Date.now()
-      let connected = false
       try {
-        await this._session(() => { connected = true })
+        await this._session()
       } catch (err) {
-        this._report(err)
+        if (!this._closed) this._onError(err)
       }
       this._leader = false
       await Promise.allSettled(this._busy.values())
@@ -175,39 +146,25 @@ class WebhookDeliverer {
         await this._client.end().catch(() => {})
         this._client = null
       }
-      // a session that lasted starts the pauses over; one that failed
-      // (the database away) doubles the pause, which no kick cuts short
-      pause = connected && Date.now() - began >= this._lockRetryMs ? this._reconnectMs : Math.min(pause * 2, this._lockRetryMs)
-      await this._sleep(pause * (0.5 + Math.random() / 2), false)
+      await this._sleep(this._lockRetryMs)
     }
   }
 
   /** One session: connect, wait to be the deliverer, deliver until closed or the connection fails. */
-  async _session (onConnected) {
+  async _session () {
     const client = new pg.Client(this._connection)
     this._client = client
-    this._lost = null
     let lost = null
-    // listeners for the client's whole life, never removed
     const gone = new Promise((resolve, reject) => {
-      const onLost = (err) => {
-        if (lost) return
-        lost = err
-        if (this._client === client) this._lost = err
-        reject(err)
-      }
-      client.on('error', onLost)
-      client.on('end', () => onLost(new Error('webhook deliverer: connection ended')))
+      client.on('error', (err) => { lost = err; reject(err) })
+      client.on('end', () => { lost = lost ?? new Error('webhook deliverer: connection ended'); reject(lost) })
     })
     gone.catch(() => {})
     await client.connect()
-    this._lastError = null
-    onConnected()
     while (!this._closed && !this._leader) {
       const { rows } = await client.query(`SELECT pg_try_advisory_lock(${LOCK_KEY}) AS ok`)
       this._leader = rows[0].ok
-      // a standby: kicks are for the deliverer, it looks every lockRetryMs
-      if (!this._leader) await Promise.race([this._sleep(this._lockRetryMs, false), gone])
+      if (!this._leader) await Promise.race([this._sleep(this._lockRetryMs), gone])
     }
     while (!this._closed) {
       if (lost) throw lost
@@ -242,8 +199,7 @@ class WebhookDeliverer {
     const rows = await dueDeliveries(client, free, [...this._busy.keys()], ALERT_KINDS)
     for (const row of rows) {
       const key = `${row.webhook_id}/${row.tenant}`
-      // a session that went takes the attempt's record with it (logged as the session's)
-      const attempt = this._attempt(client, row).catch((err) => { if (!this._lost) this._report(err) })
+      const attempt = this._attempt(client, row).catch((err) => this._onError(err))
         .finally(() => this._busy.delete(key))
       this._busy.set(key, attempt)
     }

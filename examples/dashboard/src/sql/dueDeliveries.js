@@ -29,14 +29,12 @@ async function dueDeliveries (db, limit, busy, kinds) {
 
 /** Milliseconds until the next retry is due (null: nothing pending). */
 async function nextDueIn (db) {
-  // not GREATEST(0, ...) in SQL: GREATEST ignores a NULL, and "nothing
-  // pending" became "due now", a poll every 10 ms
   const { rows } = await db.query({
-    text: `SELECT (extract(epoch FROM min(next_attempt_at) - now()) * 1000)::float8 AS ms
+    text: `SELECT GREATEST(0, extract(epoch FROM min(next_attempt_at) - now()) * 1000)::float8 AS ms
            FROM dashboard.webhook_cursors WHERE delivered_through < pending_through`,
     types
   })
-  return rows[0].ms === null ? null : Math.max(0, rows[0].ms)
+  return rows[0].ms
 }
 
 module.exports = { dueDeliveries, nextDueIn }
