@@ -41,6 +41,13 @@ class RequestPath {
    */
   constructor (pool, { timeoutMs, retry }) {
     this.pool = pool
+    // Every connection the pool opens is heard for its whole life.  pg-pool
+    // stops listening to a connection as it lends it, before attempt() can
+    // start: a FATAL read in the same chunk as the login (a backend
+    // terminated right after it started) is emitted in that gap, and an
+    // unheard 'error' ends the process.  attempt() then finds the
+    // connection not queryable and does not send on it.
+    pool.on('connect', (client) => client.on('error', () => {}))
     this.timeoutMs = timeoutMs
     this.retry = retry
     this.minAttemptMs = Math.min(250, timeoutMs / 4)

@@ -10,7 +10,7 @@
 const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const { FlagMeter } = require('..')
-const { Cluster, sleep } = require('./faults/cluster')
+const { Cluster, batchingProxy, sleep } = require('./faults/cluster')
 const { Load, SETUP } = require('./faults/load')
 
 const TIMEOUT_MS = 3000
@@ -27,8 +27,9 @@ async function underFault (fault, { clientOptions = {}, load = {}, prepare = asy
   const db = await cluster.createDatabase(`faults_${++n}`, SETUP)
   await prepare(db)
   const query = (text, values) => cluster.sql(db, text, values)
-  const { userForRequests, statementTimeout, ...options } = clientOptions
+  const { userForRequests, statementTimeout, through, ...options } = clientOptions
   const request = cluster.connection(db, { application_name: 'fm-request' })
+  if (through) Object.assign(request, { host: through.host, port: through.port })
   if (userForRequests) request.user = userForRequests
   if (statementTimeout) request.options = `-c statement_timeout=${statementTimeout}`
   const fm = new FlagMeter({
@@ -107,6 +108,34 @@ test('pg_terminate_backend of the LISTEN session: it reconnects and replays', as
     assert.deepEqual(states, [['disconnected', false], ['connected', true]], 'the events say what fm.connected says')
   })
   console.log('# terminate listen:', JSON.stringify(s))
+})
+
+test('sessions terminated just after their login, read in one chunk with it', async () => {
+  // pg-pool stops listening to a new connection as it lends it: a FATAL in
+  // the same read as the login's ReadyForQuery came in that gap, unheard,
+  // and ended the process
+  const proxy = await batchingProxy(cluster)
+  try {
+    const s = await underFault(async ({ db }) => {
+      const end = Date.now() + 3000
+      let seeded = 0
+      let young = 0
+      while (Date.now() < end) {
+        const all = Date.now() - seeded > 300 // all of them now and then: new logins
+        if (all) seeded = Date.now()
+        const { rows } = await cluster.sql('postgres', `
+          SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity
+           WHERE datname = $1 AND application_name = 'fm-request'
+             AND ($2 OR backend_start > now() - interval '25 ms')`, [db, all])
+        if (!all) young += rows[0].n
+        await sleep(3)
+      }
+      assert.ok(young > 0, 'sessions were terminated just after their login')
+    }, { clientOptions: { through: proxy } })
+    console.log('# terminated after login:', JSON.stringify(s))
+  } finally {
+    await proxy.close()
+  }
 })
 
 test('idle_session_timeout closes idle pool connections', async () => {

@@ -412,4 +412,44 @@ class Pgbouncer {
   }
 }
 
-module.exports = { Cluster, Pgbouncer, sleep }
+/**
+ * A TCP proxy to target that hands the server's bytes on in batches,
+ * every 30 ms, as a busy network or a busy client reads them: a session's
+ * login and what the server sent right after it arrive in one read.
+ */
+function batchingProxy (target) {
+  const sockets = new Set()
+  const server = net.createServer((down) => {
+    const up = net.connect(target.port, target.host)
+    let held = []
+    const flush = () => {
+      if (held.length && !down.destroyed) down.write(Buffer.concat(held))
+      held = []
+    }
+    const timer = setInterval(flush, 30)
+    const end = () => {
+      clearInterval(timer)
+      flush()
+      down.destroy()
+      up.destroy()
+    }
+    up.on('data', (d) => held.push(d))
+    up.on('close', () => setTimeout(end, 30))
+    down.on('close', end)
+    up.on('error', () => {})
+    down.on('error', () => {})
+    down.pipe(up)
+    sockets.add(down)
+    down.on('close', () => sockets.delete(down))
+  })
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({
+    host: '127.0.0.1',
+    port: server.address().port,
+    close: () => new Promise((resolve) => {
+      for (const sock of sockets) sock.destroy()
+      server.close(resolve)
+    })
+  })))
+}
+
+module.exports = { Cluster, Pgbouncer, batchingProxy, sleep }
