@@ -7,8 +7,8 @@
 # unprivileged user.  Then, as that user:
 #   1. the database flagmeter_dashboard with the extension and the demo
 #      plans and tenants (examples/dashboard/tools/demo.sql);
-#   2. `npm ci` in clients/node and examples/dashboard when node_modules is
-#      missing (from the npm registry);
+#   2. `npm ci` at the root (the npm workspace: the client and the app)
+#      when node_modules is missing (from the npm registry);
 #   3. a webhook receiver that prints each alert's text
 #      (examples/dashboard/tools/receiver.js), registered as the app's
 #      global webhook;
@@ -77,11 +77,13 @@ INTERRUPTED=0
 trap 'INTERRUPTED=1' INT
 trap 'exit 143' TERM
 
+# npm_ci: `npm ci` at the root of the copy (the workspace of the client and
+# the app), as the unprivileged user, when node_modules is missing.
 npm_ci() {
-	if [[ ! -d $1/node_modules ]]; then
-		fm_log "npm ci in ${1#"$FM_SRC"/}"
+	if [[ ! -d $FM_SRC/node_modules ]]; then
+		fm_log "npm ci (the npm workspace at the root)"
 		run_as_pg env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
-			bash -c 'cd "$1" && npm ci --no-audit --no-fund --silent' _ "$1"
+			bash -c 'cd "$1" && npm ci --no-audit --no-fund --silent' _ "$FM_SRC"
 	fi
 }
 
@@ -108,8 +110,7 @@ main() {
 	run_as_pg psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "CREATE DATABASE $DB"
 	run_as_pg psql -X -q -v ON_ERROR_STOP=1 -d "$DB" -c 'CREATE EXTENSION flagmeter' \
 		-f "$FM_SRC/examples/dashboard/tools/demo.sql" >/dev/null
-	npm_ci "$FM_SRC/clients/node"
-	npm_ci "$FM_SRC/examples/dashboard"
+	npm_ci
 
 	local app=$FM_SRC/examples/dashboard url
 	start receiver "$FM_TMP/receiver.log" node "$app/tools/receiver.js" "$RECEIVER_PORT"

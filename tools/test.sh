@@ -235,24 +235,31 @@ fault_env() {
 	printf '%s\n' "FLAGMETER_PG_RUN=$FM_TMP/pg-run" "FLAGMETER_FAULT_DIR=$FM_TMP/faults"
 }
 
+# npm_ci_once: `npm ci` at the root of the copy (one npm workspace, the
+# members the root package.json lists: one lockfile, one node_modules) when
+# node_modules is missing, as in a fresh clone; from the npm registry, as the
+# tree's owner (host_as_tree_owner), npm's cache in the temp dir.  Every
+# suite that needs the packages calls it; the first one installs.
+npm_ci_once() {
+	local as=()
+	[[ -d $FM_SRC/node_modules ]] && return 0
+	host_as_tree_owner as
+	"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
+		bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$FM_SRC"
+}
+
 # run_node_client: the Node.js client's suite (clients/node, node:test) on
 # this machine, whatever the server's version, a client of the cluster over
-# TCP (PGHOST, PGPORT, PGUSER as run_host_check sets them).  `npm ci` (from
-# the npm registry, into the copy, as the unprivileged user) only when
-# node_modules is missing, as in a fresh clone; npm's cache lives in the
-# temp dir.  The tests run as the caller (root in CI): their fault files
+# TCP (PGHOST, PGPORT, PGUSER as run_host_check sets them), after
+# npm_ci_once.  The tests run as the caller (root in CI): their fault files
 # start servers through pg-run, which enters the chroot for 17 and 18, and
 # pgbouncer, which they run as postgres.
 run_node_client() {
-	local dir=$FM_SRC/clients/node as=() faults
-	host_as_tree_owner as
-	if [[ ! -d $dir/node_modules ]]; then
-		"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
-			bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$dir" || return 1
-	fi
+	local faults
+	npm_ci_once || return 1
 	mapfile -t faults < <(fault_env)
 	env HOME="$FM_TMP" PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" "${faults[@]}" \
-		bash -c 'cd "$1" && npm test' _ "$dir"
+		bash -c 'cd "$1" && npm test' _ "$FM_SRC/clients/node"
 }
 
 # run_dashboard: the reference app's suite (examples/dashboard: API tests
@@ -260,22 +267,16 @@ run_node_client() {
 # this machine, as run_node_client runs the client's.  As root chromium is
 # installed from Debian when missing.
 run_dashboard() {
-	local dir=$FM_SRC/examples/dashboard d as=() faults
-	host_as_tree_owner as
+	local faults
 	if ((EUID == 0)); then
 		if [[ ! -x /usr/bin/chromium ]]; then
 			DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium || return 1
 		fi
 	fi
-	for d in "$FM_SRC/clients/node" "$dir"; do
-		if [[ ! -d $d/node_modules ]]; then
-			"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
-				bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$d" || return 1
-		fi
-	done
+	npm_ci_once || return 1
 	mapfile -t faults < <(fault_env)
 	env HOME="$FM_TMP" PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" "${faults[@]}" \
-		DASHBOARD_TEST_OUTPUT="$FM_TMP/dashboard-output" bash -c 'cd "$1" && npm test' _ "$dir"
+		DASHBOARD_TEST_OUTPUT="$FM_TMP/dashboard-output" bash -c 'cd "$1" && npm test' _ "$FM_SRC/examples/dashboard"
 }
 
 # has_files GLOB: true if the glob matches at least one file.
