@@ -37,7 +37,12 @@
 -- must agree on (a plan's features, say) is a plpgsql function that passes
 -- the shard-side call to flagmeter.on_every_shard(), with what it announces
 -- as the second argument when it announces anything.  Then an update
--- script, and a line in test/t/080_plproxy.pl.
+-- script, and a line in test/t/080_plproxy.pl.  `make check-proxy`
+-- (tools/check_proxy_stubs.py) fails while a per-tenant or granted call
+-- of flagmeter has no function here of its signature (or is not listed
+-- there as not proxied, with why), or while one here differs from the
+-- flagmeter function it routes to: argument names, types, defaults,
+-- result, REVOKE from PUBLIC.
 --
 -- What PL/Proxy does not give: a transaction across calls.  Each call
 -- commits on its shard when it returns, whatever the proxy transaction
