@@ -1,16 +1,16 @@
 'use strict'
-// The minimal ingest app of the end-to-end benchmark: plain node:http,
-// a pg pool of 20, one endpoint per design (bench/e2e/run starts one
-// design per process).  A request is a POST whose JSON body names the
+// The minimal ingest app of the end-to-end benchmark (bench/node/run e2e):
+// plain node:http, a pg pool of 20, one endpoint per design (the run starts
+// one design per process).  A request is a POST whose JSON body names the
 // tenant (and for /events the amount); the answer says when it was sent.
 //
 //   per-request   POST /events   one flagmeter.track per request; 200 once committed
 //   client        POST /events   fm.track (grouped by the client); 200 once committed
-//   queue         POST /events   RPUSH to Redis; 202 at once (durable later, by worker.js)
 //   consume-per-request  POST /consume  one flagmeter.consume per request; 200 or 429
 //   consume-client       POST /consume  fm.consume (grouped); 200 or 429
 //
-// env: DESIGN, PORT, PGHOST, PGPORT, PGUSER, PGDATABASE, REDIS_URL.
+// The queue design is the bench's one queue peer, queue_server.js and
+// queue_worker.js.  env: DESIGN, PORT, PGHOST, PGPORT, PGUSER, PGDATABASE.
 const http = require('node:http')
 const pg = require('pg')
 const { FlagMeter } = require('flagmeter')
@@ -18,7 +18,6 @@ const { FlagMeter } = require('flagmeter')
 const design = process.env.DESIGN
 const pool = new pg.Pool({ max: 20 })
 let fm = null
-let redis = null
 
 function body (req) {
   return new Promise((resolve, reject) => {
@@ -41,10 +40,6 @@ const handlers = {
     await fm.track(e.tenant, 'api_calls', e.amount ?? 1)
     return 200
   },
-  queue: async (e) => {
-    await redis.rPush('events', JSON.stringify(e))
-    return 202
-  },
   'consume-per-request': async (e) => {
     const { rows } = await pool.query('SELECT granted FROM flagmeter.consume($1, $2, 1)', [e.tenant, 'api_calls'])
     return rows[0].granted ? 200 : 429
@@ -64,10 +59,6 @@ async function main () {
     if (process.env.FM_MAX_GROUP) knobs.maxGroup = Number(process.env.FM_MAX_GROUP)
     fm = new FlagMeter({ pool, ...knobs })
   }
-  if (design === 'queue') {
-    redis = require('redis').createClient({ url: process.env.REDIS_URL })
-    await redis.connect()
-  }
   const server = http.createServer(async (req, res) => {
     let status = 500
     try {
@@ -84,7 +75,7 @@ async function main () {
     server.close()
     server.closeAllConnections()
     Promise.resolve(fm && fm.close()).then(() => (fm ? null : pool.end()))
-      .then(() => redis && redis.quit()).finally(() => process.exit(0))
+      .finally(() => process.exit(0))
   })
 }
 

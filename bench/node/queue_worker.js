@@ -1,7 +1,10 @@
 'use strict'
-// The queue design's worker: pops up to 500 events at a time and records
-// them with one track_batch (one transaction), ids as idempotency keys.
-// On SIGTERM it finishes the list, then exits.  env: REDIS_URL, PG*.
+// The Redis-queue peer's worker: pops up to 500 events at a time and
+// records them with one track_batch (one transaction), as the reference
+// stack does; the ids as idempotency keys when the events carry any.  The
+// HTTP answer was sent before this runs, so those acknowledgements are not
+// durable.  On SIGTERM it finishes the list, then exits (bench/node/run
+// counts the events after it).  env: REDIS_URL, PG*.
 const pg = require('pg')
 const { createClient } = require('redis')
 
@@ -20,8 +23,10 @@ async function main () {
       continue
     }
     const events = items.map((s) => JSON.parse(s))
+    const ids = events.map((e) => e.id)
     await db.query('SELECT flagmeter.track_batch($1::text[], $2::text[], $3::bigint[], NULL, $4::text[])',
-      [events.map((e) => e.tenant), events.map((e) => e.meter), events.map((e) => e.amount), events.map((e) => e.id)])
+      [events.map((e) => e.tenant), events.map((e) => e.meter), events.map((e) => e.amount),
+        ids.some((id) => id !== null) ? ids : null])
   }
   await db.end()
   await redis.quit()

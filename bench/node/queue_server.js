@@ -1,8 +1,9 @@
 'use strict'
-// The Redis-queue design's request path, as the published stack has it:
-// node:http, POST /api/events {tenant, meter, amount, id}: validated,
+// The Redis-queue peer's request path, as the published stack has it:
+// node:http, POST {tenant, meter, amount, id} (any path): validated,
 // RPUSHed to a Redis list, answered 202 at once (before anything is in
-// PostgreSQL).  queue_worker.js drains the list.  env: PORT, REDIS_URL.
+// PostgreSQL).  queue_worker.js drains the list.  Both modes of
+// bench/node/run measure against it.  env: PORT, REDIS_URL.
 const http = require('node:http')
 const { createClient } = require('redis')
 
