@@ -64,11 +64,13 @@ fm_chroot_init() {
 
 # The packages the chroot holds: the server, its headers and PGXS, pg_cron,
 # PL/Proxy (test/t/080_plproxy.pl),
-# the TAP modules and a compiler.  (fm_chroot_build adds the libFuzzer
+# the TAP modules, a compiler and what builds the Debian packages
+# (tools/package.sh).  (fm_chroot_build adds the libFuzzer
 # runtime of the clang these pull in.)
 fm_chroot_packages() {
 	local major=$1
-	echo "postgresql-$major postgresql-server-dev-$major postgresql-$major-cron postgresql-$major-plproxy libipc-run-perl make gcc"
+	echo "postgresql-$major postgresql-server-dev-$major postgresql-$major-cron postgresql-$major-plproxy libipc-run-perl make gcc" \
+		"build-essential debhelper postgresql-server-dev-all"
 }
 
 # fm_chroot_exec [--as-pg] [NAME=VALUE...] CMD...: run CMD in the chroot (as
