@@ -19,7 +19,12 @@ OBJS = \
 	src/limit_lookup.o \
 	src/shared_limits.o \
 	src/inflight.o \
-	src/pending.o \
+	src/pending_table.o \
+	src/pending_databases.o \
+	src/pending_add.o \
+	src/pending_read.o \
+	src/pending_fold.o \
+	src/pending_xact.o \
 	src/decision.o \
 	src/usage_rows.o \
 	src/stripes.o \

@@ -1,7 +1,8 @@
 /*
  * pending.h
  *	  Usage not yet in the counter rows, in shared memory: how track
- *	  writes one row (pending.c).
+ *	  writes one row.  The face of the pending_*.c files to the rest of the
+ *	  engine; how they share the table is in pending_internal.h.
  */
 #ifndef FLAGMETER_PENDING_H
 #define FLAGMETER_PENDING_H
@@ -13,7 +14,7 @@
 #include "counter_core.h"
 #include "limit.h"
 
-/* from _PG_init: flagmeter.pending_periods and flagmeter.one_write_track */
+/* from _PG_init: flagmeter.pending_periods and flagmeter.one_write_track (pending_add.c) */
 extern void fm_pending_init(void);
 
 /*

@@ -60,7 +60,7 @@ extern void fm_announce_after_track(const char *tenant, const char *meter,
 
 /*
  * The same after a track whose amount went to the period's pending usage
- * (pending.c), whose entry said the period is due for a read.
+ * (pending_add.c), whose entry said the period is due for a read.
  */
 extern void fm_announce_after_pending_track(const char *tenant, const char *meter,
 											const FmLimit *limit, TimestampTz period_start);

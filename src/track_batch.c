@@ -529,7 +529,7 @@ read_due_periods(TrackBatch *b, const PeriodList *written)
 		if (DatumGetInt16(SPI_getbinval(row, desc, 3, &isnull)) != 0)
 			nstripes[ordinal - 1]++;
 	}
-	/* and what other calls left pending in shared memory (pending.c) */
+	/* and what other calls left pending in shared memory (pending.h) */
 	for (g = 0; g < due.n; g++)
 		fm_pending_add_visible(b->tenants[due.groups[g]->first], b->meters[due.groups[g]->first],
 							   due.groups[g]->key.period_start, snapshot, &totals[g]);

@@ -96,7 +96,7 @@ extern void fm_write_event_to_stripe(const char *tenant, const char *meter, int6
 
 /*
  * What a track of a sum or count meter without a key, grants or a pool
- * writes when it may (pending.c): its amount pending in shared memory, and
+ * writes when it may (pending.h): its amount pending in shared memory, and
  * the event alone with the period it counts in.  False, nothing written,
  * when it may not or the table has no room: then it writes a stripe.  On
  * true, *read_due says whether the period is due for an alert read.

@@ -342,7 +342,7 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	if (!voided && !void_merging_all(&p, item->amount, &total))
 		return;
 	{
-		/* and the usage pending in shared memory (pending.c) */
+		/* and the usage pending in shared memory (pending.h) */
 		Snapshot	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 
 		fm_pending_add_visible(tenant, item->meter, period_start, snapshot, &total);
