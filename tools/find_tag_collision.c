@@ -1,7 +1,7 @@
 /*
  * find_tag_collision.c
  *	  Finds tenant names whose track stripe tags collide: the same 32-bit
- *	  period hash (src/accounting.c, period_hash) for one meter and period
+ *	  period hash (src/stripes.c, fm_period_hash) for one meter and period
  *	  start.  test/specs/stripe_tag_collision.spec uses a pair it printed.
  *
  *	  gcc -O2 -I$(pg_config --includedir-server) tools/find_tag_collision.c \
@@ -30,7 +30,7 @@ typedef struct Candidate
 	int			n;
 } Candidate;
 
-/* as fm_tenant_meter_hash (src/limits.c) and period_hash (src/accounting.c) */
+/* as fm_period_hash (src/stripes.c) over fm_tenant_meter_hash (src/limit.c) */
 static uint32
 stripe_tag_hash(const char *tenant, const char *meter, int64 period_start)
 {

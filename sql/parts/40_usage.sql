@@ -42,7 +42,7 @@ CREATE TABLE flagmeter.events (
 	recorded_at		timestamptz NOT NULL,
 	idempotency_key	text,
 	xid				bigint NOT NULL DEFAULT flagmeter.xid_int(pg_catalog.pg_current_xact_id()),
-	-- the period the amount is pending in (src/pending.c), NULL when a
+	-- the period the amount is pending in (src/pending*.c), NULL when a
 	-- counter row took it as the event was written
 	period_start	timestamptz
 ) PARTITION BY RANGE (recorded_at);
@@ -238,7 +238,7 @@ COMMENT ON FUNCTION flagmeter.void(text, text) IS
 
 -- Recount after the boundaries of the current period moved --------------------
 
--- Pending usage (src/pending.c) outside shared memory: events written alone
+-- Pending usage (src/pending*.c) outside shared memory: events written alone
 -- that no counter row holds yet.
 CREATE FUNCTION flagmeter.has_pending_events(tenant text, meter text)
 RETURNS boolean
@@ -304,7 +304,7 @@ BEGIN
 	FROM flagmeter.events e
 	WHERE e.tenant = recount_current_period.tenant AND e.meter = recount_current_period.meter
 	  AND e.occurred_at >= b.period_start AND e.occurred_at < b.period_end
-	  -- the period's usage still pending (src/pending.c) stays pending
+	  -- the period's usage still pending (src/pending*.c) stays pending
 	  AND NOT (e.period_start IS NOT NULL AND e.period_start = b.period_start
 	           AND e.xid >= flagmeter.xid_int(flagmeter.counted_through()))
 	  AND NOT EXISTS (SELECT FROM flagmeter.event_keys k

@@ -490,7 +490,7 @@ END $$;
 COMMENT ON FUNCTION flagmeter.merge_idle_stripes(xid8) IS
 'merges the track stripes of each period that no transaction holds and that were last written below written_before into its merged stripe (32767); returns how many periods it merged';
 
--- Pending usage (src/pending.c): track's amounts that no counter row holds
+-- Pending usage (src/pending*.c): track's amounts that no counter row holds
 -- yet, in shared memory when flagmeter is preloaded, always in the events
 -- (period_start not NULL, xid at or above counted_through).
 CREATE FUNCTION flagmeter.fold_pending()
