@@ -111,5 +111,22 @@ bench:
 indent:
 	bash tools/pgindent.sh
 
+# The checks that read the tree and need no server, all three with a line of
+# summary each (tools/check_static.sh), or one by one: the C as pgindent
+# leaves it and typedefs.list complete; contrib/plproxy/proxy.sql against
+# the functions it routes to; docs/architecture.md naming what exists.
+.PHONY: check-static check-indent check-proxy check-docs
+check-static:
+	bash tools/check_static.sh
+
+check-indent:
+	bash tools/pgindent.sh --check
+
+check-proxy:
+	python3 tools/check_proxy_stubs.py
+
+check-docs:
+	python3 tools/check_docs_map.py
+
 # Fuzzing the quota_counter parsers (libFuzzer, clang): see fuzz/fuzz.mk.
 -include fuzz/fuzz.mk

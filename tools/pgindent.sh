@@ -134,9 +134,14 @@ for f in "$@"; do
 	fi
 done
 
-if ((check && ${#changed[@]})); then
-	echo "not indented (bash tools/pgindent.sh ${changed[*]}):"
-	printf '  %s\n' "${changed[@]}"
-	failed=1
+if ((check)); then
+	if ((${#changed[@]})); then
+		echo "not indented (bash tools/pgindent.sh ${changed[*]}):"
+		printf '  %s\n' "${changed[@]}"
+		failed=1
+	fi
+	# the summary, last
+	printf 'pgindent: %d of %d files not indented; typedefs.list: %d types missing, %d declared nowhere\n' \
+		"${#changed[@]}" $# "$(wc -l <"$tmp/missing")" "$(wc -l <"$tmp/stale")"
 fi
 exit $failed
