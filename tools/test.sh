@@ -212,7 +212,7 @@ host_as_tree_owner() {
 # owner of this run's clusters with the version under test first on PATH
 # (in its chroot for 17 and 18), as run_as_pg does; and $FM_TMP/faults, a
 # directory that owner writes.  The fault suites of the Node client and of
-# the app start their clusters with it (clients/node/test/faults/cluster.js:
+# the app start their clusters with it (test/node-helpers/cluster.js:
 # FLAGMETER_PG_RUN, FLAGMETER_FAULT_DIR), so they test the version under
 # test wherever its binaries run.
 write_pg_run() {

@@ -5,6 +5,7 @@
 const { spawn, execFileSync } = require('node:child_process')
 const os = require('node:os')
 const path = require('node:path')
+const { serverCommand } = require('@flagmeter/test-helpers')
 
 const ROOT = path.join(__dirname, '..', '..')
 
@@ -53,19 +54,6 @@ function machine () {
   return { cpus: os.cpus().length, node: process.version, load1: Number(os.loadavg()[0].toFixed(2)) }
 }
 
-// The command line clients/node/test/faults/cluster.js builds for a
-// PostgreSQL program (its serverCommand), rebuilt here: pg_ctl as the
-// cluster owner, through FLAGMETER_PG_RUN when set, else this machine's
-// PostgreSQL 15 (runuser -u postgres when run as root).
-const RUN = process.env.FLAGMETER_PG_RUN || null
-const BINDIR = process.env.FLAGMETER_PG_BINDIR || '/usr/lib/postgresql/15/bin'
-
-function pgCtlCommand (args) {
-  if (RUN) return [RUN, ['pg_ctl', ...args]]
-  const bin = path.join(BINDIR, 'pg_ctl')
-  const asRoot = process.getuid && process.getuid() === 0
-  return asRoot ? ['runuser', ['-u', 'postgres', '--', bin, ...args]] : [bin, args]
-}
 
 /**
  * pg_ctl restart -m <mode> -w of the cluster in a child process: the event
@@ -73,7 +61,9 @@ function pgCtlCommand (args) {
  */
 function restartAsync (cluster, mode = 'fast') {
   const args = ['-D', cluster.data, '-l', path.join(cluster.dir, 'server.log'), '-m', mode, '-w', '-t', '60', 'restart']
-  const [cmd, argv] = pgCtlCommand(args)
+  // pg_ctl as the cluster owner (cluster.js's serverCommand: through
+  // FLAGMETER_PG_RUN when set, else this machine's PostgreSQL 15)
+  const [cmd, argv] = serverCommand('pg_ctl', args)
   return new Promise((resolve, reject) => {
     const t0 = performance.now()
     const child = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'] })

@@ -6,7 +6,7 @@
 //                             [--concurrency 64] [--tenants 10000] [--sequential 0|1]
 //                             [--out file.json]
 //
-// A throwaway cluster (clients/node/test/faults/cluster.js): meter
+// A throwaway cluster (test/node-helpers/cluster.js): meter
 // api_calls (tracked; no limit), meter tokens with a plan limit of 10^15
 // (lifetime, hard: never refuses) on the plan of all `tenants` tenants; one
 // FlagMeter client (connectionString, its defaults).  For fm.track, then for
@@ -24,7 +24,7 @@
 const crypto = require('node:crypto')
 const fs = require('node:fs')
 const path = require('node:path')
-const { Cluster } = require('../../clients/node/test/faults/cluster')
+const { Cluster } = require('@flagmeter/test-helpers')
 const { FlagMeter } = require('../../clients/node')
 const { parseArgs, median, quantile, checkout, machine, exitOnSignals } = require('./common')
 

@@ -5,7 +5,7 @@
 //                                [--tenants 1000] [--timeout-ms 5000] [--keys 1|0]
 //                                [--out file.json]
 //
-// A throwaway cluster (clients/node/test/faults/cluster.js) with one meter;
+// A throwaway cluster (test/node-helpers/cluster.js) with one meter;
 // one FlagMeter client (connectionString, its defaults: LISTEN on, pool of
 // 20, timeoutMs 5000 unless --timeout-ms); `concurrency` callers in a loop,
 // each awaiting fm.track(tenant, 'api_calls', 1, { key }) with a key of its
@@ -31,7 +31,7 @@
 // FLAGMETER_NOT_APPLIED although an earlier attempt's outcome was unknown.
 const fs = require('node:fs')
 const path = require('node:path')
-const { Cluster } = require('../../clients/node/test/faults/cluster')
+const { Cluster } = require('@flagmeter/test-helpers')
 const { FlagMeter } = require('../../clients/node')
 const { parseArgs, median, quantile, sleep, checkout, machine, restartAsync, exitOnSignals } = require('./common')
 

@@ -1,7 +1,7 @@
 'use strict'
 // Faults of the database under a load of concurrent callers (track with
 // and without keys, consume with keys, LISTEN active), each on a real
-// cluster of this file's own (test/faults/cluster.js): the process lives,
+// cluster of this file's own (@flagmeter/test-helpers: test/node-helpers/cluster.js): the process lives,
 // every acknowledged call is counted once, every failed call says whether
 // it was applied, no call outlives its deadline, and the events and the
 // version converge once the database is back (test/faults/load.js).
@@ -10,7 +10,7 @@
 const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const { FlagMeter } = require('..')
-const { Cluster, batchingProxy, sleep } = require('./faults/cluster')
+const { Cluster, batchingProxy, sleep } = require('@flagmeter/test-helpers')
 const { Load, SETUP } = require('./faults/load')
 
 const TIMEOUT_MS = 3000

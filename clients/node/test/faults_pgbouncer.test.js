@@ -6,7 +6,7 @@
 const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const { FlagMeter } = require('..')
-const { Cluster, Pgbouncer, sleep } = require('./faults/cluster')
+const { Cluster, Pgbouncer, sleep } = require('@flagmeter/test-helpers')
 const { Load, SETUP } = require('./faults/load')
 
 const TIMEOUT_MS = 3000

@@ -1,21 +1,17 @@
 'use strict'
 // Test helpers: a database of its own per test file, on the cluster npm
 // test runs against (PGHOST, PGPORT, PGUSER: see run.js), with flagmeter
-// created in it and dropped after.
-const pg = require('pg')
+// created in it (a clone of the run's template) and dropped after.  The
+// sessions, templates and clusters are @flagmeter/test-helpers'
+// (test/node-helpers), shared with examples/dashboard.
+const { connection, admin, until, createDatabase: create } = require('@flagmeter/test-helpers')
 
-function connection (database, extra = {}) {
-  return { host: process.env.PGHOST, port: Number(process.env.PGPORT), user: process.env.PGUSER, database, ...extra }
-}
+const TEMPLATE = 'fm_node_template'
 
-async function admin (database, fn) {
-  const c = new pg.Client(connection(database))
-  await c.connect()
-  try {
-    return await fn(c)
-  } finally {
-    await c.end()
-  }
+/** Throws unless the flagmeter of the template is a build of this tree. */
+async function checkBuild (c) {
+  const { rows } = await c.query("SELECT to_regprocedure('flagmeter.consume_batch(text[], text[], bigint[], text[], integer[])') IS NOT NULL AS ok")
+  if (!rows[0].ok) throw new Error('the flagmeter installed in this server has no consume_batch: not a build of this tree')
 }
 
 /**
@@ -23,23 +19,8 @@ async function admin (database, fn) {
  * done there), or CREATE EXTENSION here when a file runs on its own.
  * Returns { name, connection, query, drop }.
  */
-async function createDatabase (name, setupSql = '') {
-  const template = await admin('postgres', async (c) => {
-    await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
-    const { rows } = await c.query("SELECT count(*)::int AS n FROM pg_database WHERE datname = 'fm_node_template'")
-    await c.query(`CREATE DATABASE ${name}${rows[0].n ? ' TEMPLATE fm_node_template' : ''}`)
-    return rows[0].n > 0
-  })
-  await admin(name, async (c) => {
-    if (!template) await c.query('CREATE EXTENSION flagmeter')
-    if (setupSql) await c.query(setupSql)
-  })
-  return {
-    name,
-    connection: (extra) => connection(name, extra),
-    query: (text, values) => admin(name, (c) => c.query(text, values)),
-    drop: () => admin('postgres', (c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
-  }
+function createDatabase (name, setupSql = '') {
+  return create(name, setupSql, { template: TEMPLATE })
 }
 
 /** Transactions committed in the database so far (pg_stat_database). */
@@ -51,13 +32,4 @@ async function commits (db) {
   })
 }
 
-/** Wait until cond() is true, polling; fails after ms. */
-async function until (cond, ms = 10000, what = 'condition') {
-  const end = Date.now() + ms
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-}
-
-module.exports = { createDatabase, connection, commits, until, admin }
+module.exports = { createDatabase, connection, commits, until, admin, TEMPLATE, checkBuild }

@@ -1,6 +1,6 @@
 'use strict'
 // The app while its database goes away, on a cluster of this file's own
-// (clients/node/test/faults/cluster.js): it degrades, it does not die.
+// (@flagmeter/test-helpers, test/node-helpers/cluster.js): it degrades, it does not die.
 // Under a load of POST /api/events with ids: 503 with Retry-After within
 // the deadline while the database is away, never a 500, /healthz up and
 // /readyz down meanwhile, 200 again after; every id answered 200 counted
@@ -12,7 +12,7 @@ const fs = require('node:fs')
 const http = require('node:http')
 const os = require('node:os')
 const path = require('node:path')
-const { Cluster, sleep } = require('../../../clients/node/test/faults/cluster')
+const { Cluster, sleep } = require('@flagmeter/test-helpers')
 const { startApp, call, freePort, until } = require('./helpers')
 
 const DEADLINE_MS = 2000

@@ -1,49 +1,31 @@
 'use strict'
 // Test helpers: a database per file (a clone of run.js's template), the
 // app started as a child process the way a user starts it, small HTTP calls.
+// Sessions, templates, clusters and ports are @flagmeter/test-helpers'
+// (test/node-helpers), shared with clients/node.
 const { spawn } = require('node:child_process')
 const path = require('node:path')
-// connections and one-off sessions as the client's tests make them
-const { connection, admin, until } = require('../../../clients/node/test/helpers')
+const { until, createDatabase: create, RANGES, portRange } = require('@flagmeter/test-helpers')
 
 const TEMPLATE = 'fm_dash_template'
 
 /**
- * The template every file clones: CREATE EXTENSION once, at the start of
- * the run, checked to be a build with minute buckets (on a shared machine
- * another tree's build may be installed over this one meanwhile).
+ * Throws unless the flagmeter of the template is a build with minute
+ * buckets (on a shared machine another tree's build may be installed over
+ * this one meanwhile).
  */
-async function template (action) {
-  await admin('postgres', async (c) => {
-    await c.query(`DROP DATABASE IF EXISTS ${TEMPLATE} WITH (FORCE)`)
-    if (action === 'CREATE') await c.query(`CREATE DATABASE ${TEMPLATE}`)
-  })
-  if (action !== 'CREATE') return
-  await admin(TEMPLATE, async (c) => {
-    await c.query('CREATE EXTENSION flagmeter')
-    await c.query("SELECT count(*) FROM flagmeter.usage_series('t', 'm', now() - interval '1 minute', now(), 'minute')")
-      .catch((err) => {
-        if (err.code === '42704') return // meter "m" does not exist: the bucket was accepted
-        throw new Error(`the flagmeter installed in this server is not a build of this tree: ${err.message}`)
-      })
-  })
+async function checkBuild (c) {
+  await c.query("SELECT count(*) FROM flagmeter.usage_series('t', 'm', now() - interval '1 minute', now(), 'minute')")
+    .catch((err) => {
+      if (err.code === '42704') return // meter "m" does not exist: the bucket was accepted
+      throw new Error(`the flagmeter installed in this server is not a build of this tree: ${err.message}`)
+    })
 }
 
 /** A database of its own, with flagmeter and setupSql: { name, connection, query, drop }. */
-async function createDatabase (name, setupSql = '') {
-  await admin('postgres', async (c) => {
-    await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
-    await c.query(`CREATE DATABASE ${name} TEMPLATE ${TEMPLATE}`)
-  })
-  if (setupSql) await admin(name, (c) => c.query(setupSql))
-  return {
-    name,
-    connection: () => connection(name),
-    query: (text, values) => admin(name, (c) => c.query(text, values)),
-    drop: () => admin('postgres', (c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
-  }
+function createDatabase (name, setupSql = '') {
+  return create(name, setupSql, { template: TEMPLATE })
 }
-
 
 const SERVER = path.join(__dirname, '..', 'server.js')
 
@@ -91,24 +73,12 @@ async function startApp (db, port, env = {}) {
   }
 }
 
-// Ports of 54363-54380, handed out once each per test process; a port
-// something else listens on (another run of these tests) is skipped.
-const given = new Set()
-async function freePort () {
-  const net = require('node:net')
-  for (let p = 54363; p <= 54380; p++) {
-    if (given.has(p)) continue
-    const ok = await new Promise((resolve) => {
-      const s = net.createServer()
-      s.once('error', () => resolve(false))
-      s.listen(p, '127.0.0.1', () => s.close(() => resolve(true)))
-    })
-    if (ok) {
-      given.add(p)
-      return p
-    }
-  }
-  throw new Error('no free port in 54363-54380')
+// The app tests' ports (54363-54380), each handed out once per test
+// process; a port something else listens on (another run of these tests)
+// is skipped.
+const appPorts = portRange(...RANGES.apps)
+function freePort () {
+  return appPorts.take()
 }
 
 /** fetch + JSON: { status, headers, body }. */
@@ -124,4 +94,4 @@ async function call (url, method = 'GET', body) {
   return { status: res.status, headers: res.headers, body: parsed }
 }
 
-module.exports = { template, createDatabase, until, startApp, call, databaseUrl, freePort }
+module.exports = { createDatabase, until, startApp, call, databaseUrl, freePort, TEMPLATE, checkBuild }

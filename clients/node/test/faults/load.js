@@ -10,7 +10,7 @@
 // - the quota events the client emitted are the outbox's, once each, in
 //   version order, and its version reaches the outbox's last.
 const assert = require('node:assert/strict')
-const { sleep } = require('./cluster')
+const { sleep } = require('@flagmeter/test-helpers')
 const { FlagMeter } = require('../..')
 
 const METER = 'api_calls'

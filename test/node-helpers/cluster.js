@@ -1,8 +1,10 @@
 'use strict'
-// Real faults for the fault suites: throwaway PostgreSQL clusters of their
-// own (restarted, crashed, out of connections, a standby promoted) and
-// pgbouncer in front of them (restarted, paused, re-pointed).  Nothing here
-// touches the cluster `make test` hands over in PGHOST/PGPORT.
+// Throwaway PostgreSQL clusters: the one a suite's runner starts when no
+// PGHOST is given (runner.js), and those the fault suites of clients/node
+// and examples/dashboard (and bench/faults) start of their own, restart,
+// crash, run out of connections and fail over to a standby; pgbouncer in
+// front of them (restarted, paused, re-pointed).  Nothing here touches the
+// cluster `make test` hands over in PGHOST/PGPORT.
 //
 // Where the server's programs come from:
 // - FLAGMETER_PG_RUN (tools/test.sh sets it): a command that runs its
@@ -20,6 +22,8 @@ const net = require('node:net')
 const os = require('node:os')
 const path = require('node:path')
 const pg = require('pg')
+const { sleep } = require('./db')
+const { RANGES, portRange } = require('./ports')
 
 const asRoot = process.getuid && process.getuid() === 0
 const RUN = process.env.FLAGMETER_PG_RUN || null
@@ -75,52 +79,35 @@ function base () {
   if (process.env.FLAGMETER_FAULT_DIR) {
     baseDir = process.env.FLAGMETER_FAULT_DIR
   } else {
-    baseDir = ownBase = fs.mkdtempSync(path.join('/tmp', 'fm-faults-'))
+    baseDir = ownBase = fs.mkdtempSync(path.join('/tmp', 'fm-clusters-'))
     if (asRoot) run(['chown', ['postgres:', baseDir]], 'chown')
   }
   return baseDir
 }
 
-// Ports 54381-54399 are the fault suites' (54321-54340: make test's
-// clusters; 54341-54360 the client's run.js; 54363-54380 the app's tests).
-const taken = new Set()
-async function freePort () {
-  for (let p = 54381; p <= 54399; p++) {
-    if (taken.has(p)) continue
-    const ok = await new Promise((resolve) => {
-      const s = net.createServer()
-      s.once('error', () => resolve(false))
-      s.listen(p, '127.0.0.1', () => s.close(() => resolve(true)))
-    })
-    if (ok) {
-      taken.add(p)
-      return p
-    }
-  }
-  throw new Error('no free port in 54381-54399')
-}
-
-function sleep (ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms))
-}
+// The fault suites' ports (ports.js), unless Cluster.create is given others.
+const faultPorts = portRange(...RANGES.faults)
 
 class Cluster {
-  constructor (name, dir, port) {
+  constructor (name, dir, port, ports = faultPorts) {
     this.name = name
     this.dir = dir
     this.data = path.join(dir, 'data')
     this.port = port
+    this.ports = ports
     this.host = '127.0.0.1'
   }
 
   /**
    * initdb and start a cluster with flagmeter preloaded, listening on
-   * 127.0.0.1 only; conf: more postgresql.conf lines.
+   * 127.0.0.1 and on a unix socket in its directory (this.dir); conf: more
+   * postgresql.conf lines; ports: the portRange its port comes from (the
+   * fault suites' by default).
    */
-  static async create (name, { conf = {} } = {}) {
+  static async create (name, { conf = {}, ports = faultPorts } = {}) {
     const dir = path.join(base(), `${name}-${process.pid}`)
     fs.rmSync(dir, { recursive: true, force: true })
-    const c = new Cluster(name, dir, await freePort())
+    const c = new Cluster(name, dir, await ports.take(), ports)
     live.add(c)
     serverRun('mkdir', ['-p', dir])
     serverRun('initdb', ['-D', c.data, '-U', SUPERUSER, '-A', 'trust', '-E', 'UTF8', '--locale=C', '--no-instructions'])
@@ -139,7 +126,7 @@ class Cluster {
         return c
       } catch (err) {
         if (tries >= 5 || !/could not bind|could not create any TCP\/IP sockets/.test(c.log())) throw err
-        c.port = await freePort()
+        c.port = await ports.take()
         c.configure({})
       }
     }
@@ -202,7 +189,7 @@ class Cluster {
   async standby (name) {
     const dir = path.join(base(), `${name}-${process.pid}`)
     fs.rmSync(dir, { recursive: true, force: true })
-    const s = new Cluster(name, dir, await freePort())
+    const s = new Cluster(name, dir, await faultPorts.take())
     live.add(s)
     serverRun('mkdir', ['-p', dir])
     serverRun('pg_basebackup', ['-h', this.host, '-p', String(this.port), '-U', SUPERUSER, '-D', s.data, '-R', '-X', 'stream', '-c', 'fast'])
@@ -277,7 +264,7 @@ class Cluster {
       if (fs.existsSync(path.join(this.data, 'postmaster.pid'))) this.stop('immediate')
     } catch {}
     try { serverRun('rm', ['-rf', this.dir]) } catch {}
-    taken.delete(this.port)
+    this.ports.release(this.port)
   }
 
   log () {
@@ -302,7 +289,7 @@ class Pgbouncer {
     if (!fs.existsSync(PGBOUNCER)) throw new Error('pgbouncer is not installed (Debian package pgbouncer)')
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fm-pgbouncer-'))
     if (asRoot) run(['chown', ['postgres:', dir]], 'chown')
-    const b = new Pgbouncer(dir, await freePort())
+    const b = new Pgbouncer(dir, await faultPorts.take())
     live.add(b)
     b.poolMode = poolMode
     b.poolSize = poolSize
@@ -408,7 +395,7 @@ class Pgbouncer {
     live.delete(this)
     if (this.child && this.child.exitCode === null) this.child.kill('SIGKILL')
     fs.rmSync(this.dir, { recursive: true, force: true })
-    taken.delete(this.port)
+    faultPorts.release(this.port)
   }
 }
 
@@ -452,4 +439,4 @@ function batchingProxy (target) {
   })))
 }
 
-module.exports = { Cluster, Pgbouncer, batchingProxy, sleep }
+module.exports = { Cluster, Pgbouncer, batchingProxy, serverCommand }
