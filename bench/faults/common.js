@@ -54,7 +54,6 @@ function machine () {
   return { cpus: os.cpus().length, node: process.version, load1: Number(os.loadavg()[0].toFixed(2)) }
 }
 
-
 /**
  * pg_ctl restart -m <mode> -w of the cluster in a child process: the event
  * loop (and the load) goes on meanwhile.  Resolves with { ms, output }.

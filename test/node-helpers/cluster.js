@@ -135,7 +135,7 @@ class Cluster {
   /** Append settings to postgresql.conf (the last one of a name wins). */
   configure (settings) {
     const lines = Object.entries({ port: this.port, ...settings }).map(([k, v]) => `${k} = ${v}`).join('\n')
-    serverRun('sh', ['-c', `printf '%s\\n' "$1" >> "$2"`, 'sh', lines, path.join(this.data, 'postgresql.conf')])
+    serverRun('sh', ['-c', 'printf "%s\\n" "$1" >> "$2"', 'sh', lines, path.join(this.data, 'postgresql.conf')])
   }
 
   start () {

@@ -107,5 +107,5 @@ test('each role is refused what the other, or an admin, may do', async () => {
   assert.equal(await as('fm_node_listener', "SELECT flagmeter.track_events('{acme}', '{calls}', '{1}')"), '42501')
   assert.equal(await as('fm_node_listener', "SELECT * FROM flagmeter.consume_batch('{acme}', '{calls}', '{1}')"), '42501')
   assert.equal(await as('fm_node_listener', "SELECT flagmeter.announce('blocked', 'acme', 'calls')"), '42501')
-  assert.equal(await as('fm_node_listener', "DELETE FROM flagmeter.blocked"), '42501')
+  assert.equal(await as('fm_node_listener', 'DELETE FROM flagmeter.blocked'), '42501')
 })
