@@ -186,8 +186,8 @@ fm_pending_set_recheck(const char *tenant, const char *meter, TimestampTz period
 	if (e != NULL)
 	{
 		/*
-		 * As a stripe's figure (track_alerts.c), shared by every writer of the
-		 * period: the next read comes after a flagmeter.stripes-th of the
+		 * As a stripe's figure (track_alerts.c), shared by every writer of
+		 * the period: the next read comes after a flagmeter.stripes-th of the
 		 * distance to the next level, so that amounts added meanwhile but not
 		 * yet committed delay an announcement by at most that.
 		 */

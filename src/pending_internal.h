@@ -104,9 +104,9 @@ typedef struct FmPendingSlot
 	int32		next;			/* next slot of the entry, or -1 */
 
 	/*
-	 * The transaction that deleted or recounted this usage
-	 * (fm_pending_drop), or InvalidTransactionId: a reader that sees it
-	 * committed does not count the slot.
+	 * The transaction that deleted or recounted this usage (fm_pending_drop),
+	 * or InvalidTransactionId: a reader that sees it committed does not count
+	 * the slot.
 	 */
 	TransactionId gone_in;
 	FmCounter	amount;
@@ -158,8 +158,8 @@ enum
 typedef struct FmPendingDatabase
 {
 	Oid			database;		/* InvalidOid: free */
-	Oid			counters;		/* flagmeter.counters when rebuilt: a new
-								 * one is a new extension, its entries gone */
+	Oid			counters;		/* flagmeter.counters when rebuilt: a new one
+								 * is a new extension, its entries gone */
 	pg_atomic_uint32 status;
 } FmPendingDatabase;
 
@@ -169,8 +169,8 @@ typedef struct FmPendingState
 	int			slots_per_partition;
 
 	/*
-	 * 0, or while maintain settles up to H: H (no slot of a transaction at
-	 * or above it settles), or PG_UINT64_MAX while it takes H.
+	 * 0, or while maintain settles up to H: H (no slot of a transaction at or
+	 * above it settles), or PG_UINT64_MAX while it takes H.
 	 */
 	pg_atomic_uint64 fold_high;
 	/* above every top-level transaction id a track settled */

@@ -197,7 +197,10 @@ fm_pending_settle_slots(int p, FmPendingEntry *e, uint64 below)
 
 		if (TransactionIdIsValid(slot->gone_in))
 		{
-			/* dropped with it once every snapshot sees that; back if it rolled back */
+			/*
+			 * dropped with it once every snapshot sees that; back if it
+			 * rolled back
+			 */
 			FmTaggerState dropper = fm_pending_tagger_state(slot->gone_in);
 
 			if (dropper == FM_TAGGER_SEEN_BY_ALL)
