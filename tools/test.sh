@@ -25,8 +25,15 @@
 #              parsers (fuzz/fuzz.mk), built with the clang of the version's
 #              Debian suite; one test, failed on any crash, hang, sanitizer
 #              report or broken property
-# The last runs on this machine, whatever the version, as a client of the
-# cluster over TCP (see run_host_suites, where more such suites go):
+# The last run on this machine, whatever the version, the first two over the
+# tree's JavaScript, the others as clients of the cluster over TCP (see
+# run_host_suites, where more such suites go):
+#   lint       `npm run lint` at the root: ESLint (eslint.config.js,
+#              neostandard) over every .js and .mjs; one test, failed on any
+#              problem it reports
+#   typecheck  `npm run typecheck` at the root: tsc --noEmit over the Node
+#              client's src/*.js against its published declarations
+#              (clients/node's typecheck script); one test
 #   sqlsmith   tools/sqlsmith.sh 2000 against this cluster; one test, failed
 #              when the server log shows a crash
 #   node       the Node.js client's node:test suite (clients/node, `npm test`)
@@ -248,6 +255,17 @@ npm_ci_once() {
 		bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$FM_SRC"
 }
 
+# run_npm_script NAME: `npm run NAME` at the root of the copy, after
+# npm_ci_once, as the tree's owner (lint and typecheck read the tree and
+# write nothing into it).
+run_npm_script() {
+	local as=()
+	npm_ci_once || return 1
+	host_as_tree_owner as
+	"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
+		bash -c 'cd "$1" && npm run "$2"' _ "$FM_SRC" "$1"
+}
+
 # run_node_client: the Node.js client's suite (clients/node, node:test) on
 # this machine, whatever the server's version, a client of the cluster over
 # TCP (PGHOST, PGPORT, PGUSER as run_host_check sets them), after
@@ -297,6 +315,12 @@ run_host_check() {
 # the same way for every PostgreSQL version.
 run_host_suites() {
 	write_pg_run
+	if has_files "$FM_SRC/package.json"; then
+		run_check lint run_npm_script lint
+		run_check typecheck run_npm_script typecheck
+	else
+		fm_log "suites lint, typecheck: no package.json at the root, skipped"
+	fi
 	if has_files "$FM_SRC/tools/sqlsmith.sh"; then
 		run_host_check sqlsmith FM_SQLSMITH_SERVER_LOG="$FM_TMP/server.log" \
 			bash "$FM_SRC/tools/sqlsmith.sh" 2000
