@@ -208,67 +208,57 @@ compare_items_by_meter(const void *a, const void *b)
 }
 
 /*
- * consume of one sum or count meter without an idempotency key, the common
- * call.  Preloaded, it decides in inflight.c and writes as track does;
- * when that sends it back, or without preloading, a hot tenant's consumes
- * run one at a time behind stripe 0's row lock, held through the commit
- * flush, so what runs under the lock bounds their rate: here only one
- * conditional UPDATE (docs/design.md, "The write path"), deciding on
- * stripe 0's latest committed version (READ COMMITTED rechecks the
- * condition on it after waiting for a concurrent consume).  The event is
- * inserted and the tracked stripes read before it, so the
- * lock is held for that one statement, not for a read, a decision and a
- * write as in decide_items; a refusal deletes the event again.
+ * consume_one's first way, preloaded: decide in inflight.c, without
+ * stripe 0's lock, and when granted write as track does (one row when it
+ * may, pending.h).  False when that table sends the consume back to the
+ * row lock (a decider under the row lock is in flight on the period, or
+ * no room): consume_under_lock then decides.
  */
-static FmDecision *
-consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
+static bool
+consume_in_flight(const char *tenant, ConsumeItem *item, TimestampTz now,
+				  FmDecision *decision)
 {
 	const FmLimit *limit = &item->limit;
-	FmStatement *update = limit->aggregation == FM_AGG_COUNT ?
-	&consume_count_stmt : &consume_sum_stmt;
-	FmDecision *decision = SPI_palloc(sizeof(FmDecision));
 	FmCounter	delta = fm_empty_counter();
-	FmCounter	tracked = fm_empty_counter();
 	FmCounter	counted;
-	Datum		args[5];
-	Oid			event_rel = InvalidOid;
-	ItemPointerData event_tid;
-	int64		room = 0;
-	bool		bounded = limit->limited && limit->hard;
-	uint64		i;
-	Snapshot	snapshot;
+	bool		read_due;
+	FmInflightOutcome outcome = fm_inflight_consume(tenant, item->meter,
+													item->period_start,
+													item->period_end, limit,
+													item->amount, now, decision,
+													&counted);
 
-	if (fm_inflight_consume_enabled())
+	if (outcome == FM_INFLIGHT_FALL_BACK)
+		return false;
+	if (outcome == FM_INFLIGHT_GRANTED)
 	{
-		FmInflightOutcome outcome = fm_inflight_consume(tenant, item->meter,
-														item->period_start,
-														item->period_end, limit,
-														item->amount, now, decision,
-														&counted);
-
-		if (outcome != FM_INFLIGHT_FALL_BACK)
-		{
-			if (outcome == FM_INFLIGHT_GRANTED)
-			{
-				bool		read_due;
-
-				/* written as track writes it: one row when it may (pending.c) */
-				fm_counter_report(fm_counter_add_event(&delta, item->amount, now));
-				if (!fm_write_event_alone(tenant, item->meter, item->amount, now,
-										  item->period_start, &delta, limit, &read_due))
-					fm_write_event_to_stripe(tenant, item->meter, item->amount, now, NULL,
-											 item->period_start, &delta);
-				fm_announce_usage_level(tenant, item->meter, limit, item->period_start,
-										&counted);
-			}
-			decision->meter = item->meter;
-			return decision;
-		}
+		fm_counter_report(fm_counter_add_event(&delta, item->amount, now));
+		if (!fm_write_event_alone(tenant, item->meter, item->amount, now,
+								  item->period_start, &delta, limit, &read_due))
+			fm_write_event_to_stripe(tenant, item->meter, item->amount, now, NULL,
+									 item->period_start, &delta);
+		fm_announce_usage_level(tenant, item->meter, limit, item->period_start,
+								&counted);
 	}
+	return true;
+}
 
-	/* under stripe 0's lock, once the lock-free consumes in flight ended */
-	fm_inflight_before_lock(tenant, item->meter, item->period_start, now, &tracked);
-	ItemPointerSetInvalid(&event_tid);
+/*
+ * consume_under_lock's first statement, before any lock: insert the
+ * event and read the tracked stripes (consume_event_stmt, args filled
+ * here), then add the pending usage that statement's snapshot sees.
+ * *tracked gets the tracked usage, *event_rel and *event_tid where the
+ * event went (a refusal deletes it).
+ */
+static void
+insert_event_read_tracked(const char *tenant, const ConsumeItem *item, TimestampTz now,
+						  Datum *args, FmCounter *tracked, Oid *event_rel,
+						  ItemPointer event_tid)
+{
+	Snapshot	snapshot;
+	uint64		i;
+
+	ItemPointerSetInvalid(event_tid);
 	fm_period_args(args, tenant, item->meter, item->period_start);
 	args[3] = Int64GetDatum(item->amount);
 	args[4] = TimestampTzGetDatum(now);
@@ -282,19 +272,75 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 		Datum		d = SPI_getbinval(row, desc, 3, &isnull);
 
 		if (!isnull)
-			fm_counter_report(fm_counter_merge(&tracked, DatumGetFmCounterP(d)));
+			fm_counter_report(fm_counter_merge(tracked, DatumGetFmCounterP(d)));
 		else
 		{
-			event_rel = DatumGetObjectId(SPI_getbinval(row, desc, 1, &isnull));
+			*event_rel = DatumGetObjectId(SPI_getbinval(row, desc, 1, &isnull));
 			ItemPointerCopy((ItemPointer) DatumGetPointer(SPI_getbinval(row, desc, 2, &isnull)),
-							&event_tid);
+							event_tid);
 		}
 	}
-	if (!OidIsValid(event_rel))
+	if (!OidIsValid(*event_rel))
 		elog(ERROR, "consume inserted no event for tenant \"%s\" meter \"%s\"",
 			 tenant, item->meter);
-	fm_pending_add_visible(tenant, item->meter, item->period_start, snapshot, &tracked);
+	fm_pending_add_visible(tenant, item->meter, item->period_start, snapshot, tracked);
 	UnregisterSnapshot(snapshot);
+}
+
+/*
+ * A consume_under_lock that found no room: its event deleted again, and
+ * the refusal decided as decide_items decides, on stripe 0 as it is now
+ * and the tracked usage (fm_decide raises the event's overflow).
+ */
+static void
+refuse_under_lock(const ConsumeItem *item, Datum *args, Oid event_rel,
+				  ItemPointer event_tid, const FmCounter *tracked, TimestampTz now,
+				  FmDecision *decision)
+{
+	Relation	rel = table_open(event_rel, RowExclusiveLock);
+	FmCounter	current;
+
+	simple_table_tuple_delete(rel, event_tid, GetActiveSnapshot());
+	table_close(rel, RowExclusiveLock);
+
+	current = fm_read_stripe0(args);
+	fm_counter_report(fm_counter_merge(&current, tracked));
+	fm_decide(&item->limit, &current, item->amount, now, item->period_end, false,
+			  decision, NULL);
+	decision->granted = false;
+	decision->reason = FM_REASON_QUOTA_EXCEEDED;
+}
+
+/*
+ * consume_one's second way, under stripe 0's row lock, once the lock-free
+ * consumes in flight ended: a hot tenant's consumes run one at a time
+ * behind that lock, held through the commit flush, so what runs under it
+ * bounds their rate: here only one conditional UPDATE (docs/design.md,
+ * "The write path"), deciding on stripe 0's latest committed version
+ * (READ COMMITTED rechecks the condition on it after waiting for a
+ * concurrent consume).  The event is inserted and the tracked stripes
+ * read before it (insert_event_read_tracked), so the lock is held for that
+ * one statement, not for a read, a decision and a write as in
+ * decide_items; a refusal deletes the event again (refuse_under_lock).
+ */
+static void
+consume_under_lock(const char *tenant, ConsumeItem *item, TimestampTz now,
+				   FmDecision *decision)
+{
+	const FmLimit *limit = &item->limit;
+	FmStatement *update = limit->aggregation == FM_AGG_COUNT ?
+	&consume_count_stmt : &consume_sum_stmt;
+	FmCounter	delta = fm_empty_counter();
+	FmCounter	tracked = fm_empty_counter();
+	FmCounter	counted;
+	Datum		args[5];
+	Oid			event_rel = InvalidOid;
+	ItemPointerData event_tid;
+	int64		room = 0;
+	bool		bounded = limit->limited && limit->hard;
+
+	fm_inflight_before_lock(tenant, item->meter, item->period_start, now, &tracked);
+	insert_event_read_tracked(tenant, item, now, args, &tracked, &event_rel, &event_tid);
 
 	/* the room stripe 0 has: quota - tracked - the event (< 0: none) */
 	fm_counter_report(fm_counter_add_event(&delta, item->amount, now));
@@ -328,21 +374,24 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 		fm_announce_usage_level(tenant, item->meter, limit, item->period_start, &after);
 	}
 	else
-	{
-		Relation	rel = table_open(event_rel, RowExclusiveLock);
-		FmCounter	current;
+		refuse_under_lock(item, args, event_rel, &event_tid, &tracked, now, decision);
+}
 
-		simple_table_tuple_delete(rel, &event_tid, GetActiveSnapshot());
-		table_close(rel, RowExclusiveLock);
+/*
+ * consume of one sum or count meter without an idempotency key, the common
+ * call, in one of two ways: preloaded, it decides in inflight.c and writes
+ * as track does (consume_in_flight); when that sends it back, or without
+ * preloading, it decides in one conditional UPDATE of stripe 0
+ * (consume_under_lock).
+ */
+static FmDecision *
+consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
+{
+	FmDecision *decision = SPI_palloc(sizeof(FmDecision));
 
-		current = fm_read_stripe0(args);
-		fm_counter_report(fm_counter_merge(&current, &tracked));
-		/* as decide_items (fm_decide raises the event's overflow) */
-		fm_decide(limit, &current, item->amount, now, item->period_end, false,
-				  decision, NULL);
-		decision->granted = false;
-		decision->reason = FM_REASON_QUOTA_EXCEEDED;
-	}
+	if (!fm_inflight_consume_enabled() ||
+		!consume_in_flight(tenant, item, now, decision))
+		consume_under_lock(tenant, item, now, decision);
 	decision->meter = item->meter;
 	return decision;
 }
@@ -427,6 +476,53 @@ draw_items(ConsumeItem *items, int n, FmDecision *decisions)
 }
 
 /*
+ * Each item's stripe 0, locked in the order given (meter-name order), and
+ * for a tenant with credit grants its active grants with it; then the
+ * holds of reservations, which change only under stripe 0's lock.
+ */
+static void
+lock_items(const char *tenant, ConsumeItem **order, int n, TimestampTz now)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		ConsumeItem *item = order[i];
+
+		item->grants.n = 0;
+		item->grants.available = 0;
+		item->draw = 0;
+		lock_for_consume(tenant, item->meter, item->period_start, now,
+						 &item->stripe0, &item->tracked,
+						 item->limit.grants ? &item->grants : NULL);
+		item->held = item->limit.reserves ?
+			fm_reservations_held(tenant, item->meter, now, false) : 0;
+	}
+}
+
+/*
+ * After a refusal, which reports the balance: the items with credit
+ * grants decided again on the grants as they are now (the read before may
+ * predate draws of a transaction waited for).  Whether all are granted;
+ * false, decisions[] as they were, when no item has grants.
+ */
+static bool
+decide_on_grants_now(const char *tenant, ConsumeItem *items, int n,
+					 const FmCounter *currents, TimestampTz now, FmDecision *decisions)
+{
+	bool		reread = false;
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (items[i].limit.grants)
+		{
+			fm_grants_read(tenant, items[i].meter, now, &items[i].grants);
+			reread = true;
+		}
+	return reread && decide_all(items, n, currents, now, decisions);
+}
+
+/*
  * Lock every item's stripe 0 and decide on it: all granted or all refused.
  * Fills decisions[] (SPI memory) and each item's stripe 0 after recording,
  * checked for overflow before anything is written; when granted, the
@@ -455,24 +551,7 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 	for (i = 0; i < n; i++)
 		order[i] = &items[i];
 	qsort(order, n, sizeof(ConsumeItem *), compare_items_by_meter);
-	/*
-	 * Each item's stripe 0, and for a tenant with credit grants its active
-	 * grants with it; then the holds of reservations, which change only
-	 * under stripe 0's lock.
-	 */
-	for (i = 0; i < n; i++)
-	{
-		ConsumeItem *item = order[i];
-
-		item->grants.n = 0;
-		item->grants.available = 0;
-		item->draw = 0;
-		lock_for_consume(tenant, item->meter, item->period_start, now,
-						 &item->stripe0, &item->tracked,
-						 item->limit.grants ? &item->grants : NULL);
-		item->held = item->limit.reserves ?
-			fm_reservations_held(tenant, item->meter, now, false) : 0;
-	}
+	lock_items(tenant, order, n, now);
 
 	for (i = 0; i < n; i++)
 	{
@@ -484,22 +563,7 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 	}
 	granted = decide_all(items, n, currents, now, decisions);
 	if (!granted)
-	{
-		/*
-		 * A refusal reports the balance: on the grants as they are now (the
-		 * read before may predate draws of a transaction waited for).
-		 */
-		bool		reread = false;
-
-		for (i = 0; i < n; i++)
-			if (items[i].limit.grants)
-			{
-				fm_grants_read(tenant, items[i].meter, now, &items[i].grants);
-				reread = true;
-			}
-		if (reread)
-			granted = decide_all(items, n, currents, now, decisions);
-	}
+		granted = decide_on_grants_now(tenant, items, n, currents, now, decisions);
 	if (granted && !draw_items(items, n, decisions))
 	{
 		/* a grant changed since it was read: lock them, decide again */

@@ -104,6 +104,36 @@ check_item(const BatchItem *item, char **tenants, char **meters, char **keys)
 	fm_check_consume_meters(meters + item->first, item->n);
 }
 
+/* Decide and record one item as consume does, its decisions as rows of rsinfo. */
+static void
+consume_item(ReturnSetInfo *rsinfo, const BatchItem *item, char **tenants, char **meters,
+			 const int64 *amounts, char **keys)
+{
+	ConsumeItem *citems = palloc0(sizeof(ConsumeItem) * item->n);
+	FmDecision *decisions;
+	int			ndecisions;
+	int			i;
+
+	for (i = 0; i < item->n; i++)
+	{
+		citems[i].meter = meters[item->first + i];
+		citems[i].amount = amounts[item->first + i];
+	}
+	decisions = fm_consume_items(tenants[item->first], citems, item->n,
+								 keys ? keys[item->first] : NULL, &ndecisions);
+	for (i = 0; i < ndecisions; i++)
+	{
+		Datum		values[FM_DECISION_COLUMNS + 1];
+		bool		nulls[FM_DECISION_COLUMNS + 1];
+
+		values[0] = Int32GetDatum(item->id);
+		nulls[0] = false;
+		fm_decision_columns(&decisions[i], values + 1, nulls + 1);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	pfree(citems);
+}
+
 /*
  * consume_batch(tenants[], meters[], amounts[], idempotency_keys[], items[])
  *   -> TABLE (item, granted, used, quota, remaining, resets_at, overage, meter)
@@ -169,30 +199,6 @@ fm_consume_batch(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	for (k = 0; k < nitems; k++)
-	{
-		const BatchItem *item = &items[k];
-		ConsumeItem *citems = palloc0(sizeof(ConsumeItem) * item->n);
-		FmDecision *decisions;
-		int			ndecisions;
-
-		for (i = 0; i < item->n; i++)
-		{
-			citems[i].meter = meters[item->first + i];
-			citems[i].amount = amounts[item->first + i];
-		}
-		decisions = fm_consume_items(tenants[item->first], citems, item->n,
-									 keys ? keys[item->first] : NULL, &ndecisions);
-		for (i = 0; i < ndecisions; i++)
-		{
-			Datum		values[FM_DECISION_COLUMNS + 1];
-			bool		nulls[FM_DECISION_COLUMNS + 1];
-
-			values[0] = Int32GetDatum(item->id);
-			nulls[0] = false;
-			fm_decision_columns(&decisions[i], values + 1, nulls + 1);
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-		}
-		pfree(citems);
-	}
+		consume_item(rsinfo, &items[k], tenants, meters, amounts, keys);
 	return (Datum) 0;
 }

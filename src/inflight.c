@@ -602,8 +602,35 @@ fm_inflight_consume_enabled(void)
 		!XactReadOnly;
 }
 
+/*
+ * One lock-free consume's view of its period, from its first look to its
+ * decision: which period and entry, the snapshot it read the period in
+ * and what the entry said then, what has committed in it and what counts
+ * (committed and in flight), and the transactions in flight it may wait
+ * for.
+ */
+typedef struct InflightLook
+{
+	const char *tenant;
+	const char *meter;
+	TimestampTz period_start;
+	TimestampTz now;
+	uint64		key;
+	LWLock	   *lock;
+	int			index;
+	Snapshot	snapshot;
+	uint64		incarnation;
+	uint64		nended;
+	uint64		lockers_ended;
+	uint64		overflow_started;
+	FmCounter	committed;
+	FmCounter	counted;
+	TransactionId xids[FM_INFLIGHT_SLOTS];
+	int			nxids;
+} InflightLook;
+
 /* Let go of the lock (and of e when unused) and send the consume to the row lock. */
-static FmInflightOutcome
+static void
 fall_back(LWLock *lock, InflightEntry *e, Snapshot snapshot)
 {
 	if (e)
@@ -612,134 +639,224 @@ fall_back(LWLock *lock, InflightEntry *e, Snapshot snapshot)
 		UnregisterSnapshot(snapshot);
 	LWLockRelease(lock);
 	pg_atomic_fetch_add_u64(&state->fell_back, 1);
-	return FM_INFLIGHT_FALL_BACK;
 }
 
+/*
+ * First look, under the lock: the snapshot, taken there, and the slots of
+ * consumes that ended before it removed.  The period is read in it with
+ * the lock let go (the read was half of the time the lock was held, and
+ * consumes of a hot tenant queued for it).  False when the consume falls
+ * back to the row lock.
+ */
+static bool
+first_look(InflightLook *look)
+{
+	InflightEntry *e;
+
+	LWLockAcquire(look->lock, LW_EXCLUSIVE);
+	look->index = pg_atomic_read_u32(&state->overflow_lockers) > 0 ? -1 :
+		find_entry(look->key, true);
+	if (look->index < 0)
+	{
+		fall_back(look->lock, NULL, NULL);
+		return false;
+	}
+	e = &state->entries[look->index];
+	look->snapshot = RegisterSnapshot(GetLatestSnapshot());
+	if (scan_slots(e, look->snapshot, look->now, NULL, look->xids, &look->nxids) ||
+		e->nslots == FM_INFLIGHT_SLOTS)
+	{
+		fall_back(look->lock, e, look->snapshot);
+		return false;
+	}
+	look->incarnation = e->incarnation;
+	look->nended = e->nended;
+	look->lockers_ended = e->lockers_ended;
+	look->overflow_started = pg_atomic_read_u64(&state->overflow_started);
+	LWLockRelease(look->lock);
+
+	look->committed = fm_scan_period(look->tenant, look->meter, look->period_start,
+									 look->snapshot);
+	return true;
+}
+
+/*
+ * The second look's way when the first one's read no longer tells what
+ * committed: the period read again, under the lock, in a snapshot taken
+ * now, with what is in flight in it.  The entry, the lock still held; NULL
+ * when the consume fell back to the row lock.
+ */
+static InflightEntry *
+read_again_under_lock(InflightLook *look)
+{
+	InflightEntry *e;
+
+	UnregisterSnapshot(look->snapshot);
+	look->index = find_entry(look->key, true);
+	if (look->index < 0)
+	{
+		fall_back(look->lock, NULL, NULL);
+		return NULL;
+	}
+	e = &state->entries[look->index];
+	look->snapshot = RegisterSnapshot(GetLatestSnapshot());
+	if (scan_slots(e, look->snapshot, look->now, &look->counted, look->xids,
+				   &look->nxids) ||
+		e->nslots == FM_INFLIGHT_SLOTS)
+	{
+		fall_back(look->lock, e, look->snapshot);
+		return NULL;
+	}
+	look->committed = fm_scan_period(look->tenant, look->meter, look->period_start,
+									 look->snapshot);
+	return e;
+}
+
+/*
+ * Second look: what is in flight now, and what committed since the
+ * snapshot, into look->counted with the committed usage.  When the entry
+ * was remade, more consumes ended than it remembers, or a decider under
+ * the row lock came and went (what it wrote is known only to the rows),
+ * the period is read again in a snapshot taken now, under the lock.  The
+ * entry, its lock held; NULL when the consume fell back to the row lock.
+ */
+static InflightEntry *
+second_look(InflightLook *look)
+{
+	InflightEntry *e;
+
+	LWLockAcquire(look->lock, LW_EXCLUSIVE);
+	if (pg_atomic_read_u32(&state->overflow_lockers) > 0)
+	{
+		fall_back(look->lock, NULL, look->snapshot);
+		return NULL;
+	}
+	e = &state->entries[look->index];
+	look->counted = fm_empty_counter();
+	if (e->key != look->key || e->incarnation != look->incarnation ||
+		e->nended - look->nended > FM_INFLIGHT_ENDED ||
+		e->lockers_ended != look->lockers_ended ||
+		pg_atomic_read_u64(&state->overflow_started) != look->overflow_started)
+	{
+		e = read_again_under_lock(look);
+		if (e == NULL)
+			return NULL;
+	}
+	else if (count_in_flight(e, look->snapshot, look->nended, look->now, &look->counted,
+							 look->xids, &look->nxids) ||
+			 e->nslots == FM_INFLIGHT_SLOTS)
+	{
+		fall_back(look->lock, e, look->snapshot);
+		return NULL;
+	}
+	UnregisterSnapshot(look->snapshot);
+	fm_counter_report(fm_counter_merge(&look->counted, &look->committed));
+	return e;
+}
+
+/*
+ * Granted: a hard limit's consume records its amount in the entry, under
+ * its transaction id, before the lock is let go; the registration takes it
+ * out when the transaction ends.
+ */
+static FmInflightOutcome
+grant(InflightLook *look, InflightEntry *e, int64 amount, bool bounded)
+{
+	TransactionId xid = InvalidTransactionId;
+
+	if (bounded)
+	{
+		/*
+		 * Only now: a refusal writes nothing, and commits without a
+		 * transaction id or a flush.  Assigned before the lock is let go, so
+		 * the next decider's snapshot shows it in progress.
+		 */
+		xid = GetCurrentTransactionId();
+		add_slot(e, xid, false, amount);
+		if (!TransactionIdIsValid(e->max_xid) ||
+			TransactionIdFollows(xid, e->max_xid))
+			e->max_xid = xid;
+	}
+	else
+		free_if_unused(e);
+	LWLockRelease(look->lock);
+	if (bounded)
+		add_registration(look->index, look->key, xid, true);
+	pg_atomic_fetch_add_u64(&state->lock_free, 1);
+	return FM_INFLIGHT_GRANTED;
+}
+
+/*
+ * The steps of the file's header, 1 and 2: a first look under the lock
+ * and a read of the period outside it, a second look under the lock, the
+ * decision, and when only consumes in flight stand in the way, a wait for
+ * one of them and the same again.
+ */
 FmInflightOutcome
 fm_inflight_consume(const char *tenant, const char *meter, TimestampTz period_start,
 					TimestampTz period_end, const FmLimit *limit, int64 amount,
 					TimestampTz now, FmDecision *decision, FmCounter *after)
 {
-	uint64		key = period_key(tenant, meter, period_start);
-	LWLock	   *lock = partition_lock(key);
-	TransactionId xid;
+	InflightLook look;
 	bool		bounded = limit->limited && limit->hard;
-	TransactionId xids[FM_INFLIGHT_SLOTS];
-	int			nxids;
 
+	look.tenant = tenant;
+	look.meter = meter;
+	look.period_start = period_start;
+	look.now = now;
+	look.key = period_key(tenant, meter, period_start);
+	look.lock = partition_lock(look.key);
 	for (;;)
 	{
-		Snapshot	snapshot;
-		FmCounter	committed;
-		FmCounter	counted;
-		uint64		incarnation;
-		uint64		nended;
-		uint64		lockers_ended;
-		uint64		overflow_started;
-		int			index;
 		InflightEntry *e;
 
-		/*
-		 * First look, under the lock: the snapshot, taken there, and the
-		 * slots of consumes that ended before it removed.  The period is
-		 * read in it with the lock let go (the read was half of the time
-		 * the lock was held, and consumes of a hot tenant queued for it).
-		 */
-		LWLockAcquire(lock, LW_EXCLUSIVE);
-		index = pg_atomic_read_u32(&state->overflow_lockers) > 0 ? -1 :
-			find_entry(key, true);
-		if (index < 0)
-			return fall_back(lock, NULL, NULL);
-		e = &state->entries[index];
-		snapshot = RegisterSnapshot(GetLatestSnapshot());
-		if (scan_slots(e, snapshot, now, NULL, xids, &nxids) ||
-			e->nslots == FM_INFLIGHT_SLOTS)
-			return fall_back(lock, e, snapshot);
-		incarnation = e->incarnation;
-		nended = e->nended;
-		lockers_ended = e->lockers_ended;
-		overflow_started = pg_atomic_read_u64(&state->overflow_started);
-		LWLockRelease(lock);
+		if (!first_look(&look) || (e = second_look(&look)) == NULL)
+			return FM_INFLIGHT_FALL_BACK;
 
-		committed = fm_scan_period(tenant, meter, period_start, snapshot);
-
-		/*
-		 * Second look: what is in flight now, and what committed since the
-		 * snapshot.  When the entry was remade, more consumes ended than it
-		 * remembers, or a decider under the row lock came and went (what it
-		 * wrote is known only to the rows), the period is read again in a
-		 * snapshot taken now, under the lock.
-		 */
-		LWLockAcquire(lock, LW_EXCLUSIVE);
-		if (pg_atomic_read_u32(&state->overflow_lockers) > 0)
-			return fall_back(lock, NULL, snapshot);
-		e = &state->entries[index];
-		counted = fm_empty_counter();
-		if (e->key != key || e->incarnation != incarnation ||
-			e->nended - nended > FM_INFLIGHT_ENDED ||
-			e->lockers_ended != lockers_ended ||
-			pg_atomic_read_u64(&state->overflow_started) != overflow_started)
-		{
-			UnregisterSnapshot(snapshot);
-			index = find_entry(key, true);
-			if (index < 0)
-				return fall_back(lock, NULL, NULL);
-			e = &state->entries[index];
-			snapshot = RegisterSnapshot(GetLatestSnapshot());
-			if (scan_slots(e, snapshot, now, &counted, xids, &nxids) ||
-				e->nslots == FM_INFLIGHT_SLOTS)
-				return fall_back(lock, e, snapshot);
-			committed = fm_scan_period(tenant, meter, period_start, snapshot);
-		}
-		else if (count_in_flight(e, snapshot, nended, now, &counted, xids, &nxids) ||
-				 e->nslots == FM_INFLIGHT_SLOTS)
-			return fall_back(lock, e, snapshot);
-		UnregisterSnapshot(snapshot);
-		fm_counter_report(fm_counter_merge(&counted, &committed));
-
-		fm_decide(limit, &committed, amount, now, period_end, true, decision, after);
+		fm_decide(limit, &look.committed, amount, now, period_end, true, decision, after);
 		if (decision->granted)
-			fm_decide(limit, &counted, amount, now, period_end, true, decision, after);
+			fm_decide(limit, &look.counted, amount, now, period_end, true, decision, after);
 		else
-			nxids = 0;			/* refused on what has committed */
+			look.nxids = 0;		/* refused on what has committed */
 		if (decision->granted)
-		{
-			if (bounded)
-			{
-				/*
-				 * Only now: a refusal writes nothing, and commits without a
-				 * transaction id or a flush.  Assigned before the lock is let
-				 * go, so the next decider's snapshot shows it in progress.
-				 */
-				xid = GetCurrentTransactionId();
-				add_slot(e, xid, false, amount);
-				if (!TransactionIdIsValid(e->max_xid) ||
-					TransactionIdFollows(xid, e->max_xid))
-					e->max_xid = xid;
-			}
-			else
-				free_if_unused(e);
-			LWLockRelease(lock);
-			if (bounded)
-				add_registration(index, key, xid, true);
-			pg_atomic_fetch_add_u64(&state->lock_free, 1);
-			return FM_INFLIGHT_GRANTED;
-		}
+			return grant(&look, e, amount, bounded);
 		free_if_unused(e);
-		LWLockRelease(lock);
+		LWLockRelease(look.lock);
 
 		/*
 		 * Refused on what has committed, or with consumes in flight this
-		 * transaction might be waited for by: final.  Else wait for the
-		 * first in flight to end, and decide again.
+		 * transaction might be waited for by: final.  Else wait for the first
+		 * in flight to end, and decide again.
 		 */
-		if (nxids == 0 || has_registration(RESERVATION))
+		if (look.nxids == 0 || has_registration(RESERVATION))
 		{
 			pg_atomic_fetch_add_u64(&state->lock_free, 1);
 			return FM_INFLIGHT_REFUSED;
 		}
 		pg_atomic_fetch_add_u64(&state->waits, 1);
-		XactLockTableWait(xids[0], NULL, NULL, XLTW_None);
+		XactLockTableWait(look.xids[0], NULL, NULL, XLTW_None);
+	}
+}
+
+/*
+ * In REPEATABLE READ, 40001 (the lock released) when a lock-free consume
+ * of the period may have committed after the transaction's snapshot, as a
+ * concurrent update of stripe 0 would.
+ */
+static void
+fail_if_consume_missed(const InflightEntry *e, Snapshot xact_snapshot, LWLock *lock,
+					   const char *tenant, const char *meter)
+{
+	if (TransactionIdIsValid(e->max_xid) &&
+		!TransactionIdIsCurrentTransactionId(e->max_xid) &&
+		XidInMVCCSnapshot(e->max_xid, xact_snapshot))
+	{
+		LWLockRelease(lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to a concurrent consume"),
+				 errdetail("A consume of tenant \"%s\" meter \"%s\" decided without a row lock after this transaction's snapshot.",
+						   tenant, meter)));
 	}
 }
 
@@ -775,17 +892,8 @@ fm_inflight_before_lock(const char *tenant, const char *meter, TimestampTz perio
 
 		scan_slots(e, snapshot, now, holder ? in_flight : NULL, xids, &nxids);
 		UnregisterSnapshot(snapshot);
-		if (xact_snapshot && TransactionIdIsValid(e->max_xid) &&
-			!TransactionIdIsCurrentTransactionId(e->max_xid) &&
-			XidInMVCCSnapshot(e->max_xid, xact_snapshot))
-		{
-			LWLockRelease(lock);
-			ereport(ERROR,
-					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("could not serialize access due to a concurrent consume"),
-					 errdetail("A consume of tenant \"%s\" meter \"%s\" decided without a row lock after this transaction's snapshot.",
-							   tenant, meter)));
-		}
+		if (xact_snapshot)
+			fail_if_consume_missed(e, xact_snapshot, lock, tenant, meter);
 		if (has_locker_slot(e))
 			registered = true;
 		else if (!add_slot(e, xid, true, 0))

@@ -622,13 +622,22 @@ optional_text_arg(Datum *args, char *nulls, int i, const char *value)
 	nulls[i] = value ? ' ' : 'n';
 }
 
+/* The version the outbox INSERT just run returned. */
+static int64
+returned_version(void)
+{
+	bool		isnull;
+
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+									   SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 /* Record a grant event (see record_event), unless the grant had it before. */
 static int64
 record_grant_event(const FmQuotaEvent *e, bool notified)
 {
 	Datum		args[8];
 	char		nulls[9] = "        ";
-	bool		isnull;
 
 	args[0] = Int64GetDatum(e->grant_id);
 	args[1] = CStringGetTextDatum(kind_names[e->kind]);
@@ -643,65 +652,73 @@ record_grant_event(const FmQuotaEvent *e, bool notified)
 	args[6] = Int64GetDatum(e->quota);
 	args[7] = BoolGetDatum(notified);
 	fm_execute_latest(&insert_grant_event_stmt, args, nulls, 0);
-	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-									   SPI_tuptable->tupdesc, 1, &isnull));
+	return returned_version();
 }
 
-/* Record one event; its outbox version, or 0 when nothing is announced. */
+/* Record a threshold (see record_event), unless someone announced it before. */
 static int64
-record_event(const FmQuotaEvent *e, bool notified)
+record_threshold_event(const FmQuotaEvent *e, bool notified)
+{
+	Datum		args[7];
+
+	args[0] = CStringGetTextDatum(e->tenant);
+	args[1] = CStringGetTextDatum(e->meter);
+	args[2] = TimestampTzGetDatum(e->period_start);
+	args[3] = Int32GetDatum(e->threshold);
+	args[4] = Int64GetDatum(e->used);
+	args[5] = Int64GetDatum(e->quota);
+	args[6] = BoolGetDatum(notified);
+	fm_execute_latest(&threshold_announced_stmt, args, NULL, 1);
+	if (SPI_processed > 0)
+		return 0;				/* announced before, by someone */
+	fm_execute_latest(&insert_threshold_stmt, args, NULL, 0);
+	return returned_version();
+}
+
+/* Record a feature change (see record_event), in its own columns. */
+static int64
+record_feature_event(const FmQuotaEvent *e, bool notified)
+{
+	Datum		args[6];
+	char		nulls[7] = "      ";
+
+	optional_text_arg(args, nulls, 0, e->tenant);
+	optional_text_arg(args, nulls, 1, e->plan);
+	args[2] = CStringGetTextDatum(e->feature);
+	args[3] = BoolGetDatum(e->enabled);
+	nulls[3] = e->has_enabled ? ' ' : 'n';
+	optional_text_arg(args, nulls, 4, e->config);
+	args[5] = BoolGetDatum(notified);
+	fm_execute_latest(&insert_feature_stmt, args, nulls, 0);
+	return returned_version();
+}
+
+/*
+ * Mark the period blocked or unblocked in flagmeter.blocked, as e says;
+ * false when it already was (nothing to announce).
+ */
+static bool
+record_block_state(const FmQuotaEvent *e)
+{
+	Datum		args[4];
+	char		nulls[5] = "    ";
+
+	args[0] = CStringGetTextDatum(e->tenant);
+	args[1] = CStringGetTextDatum(e->meter);
+	args[2] = TimestampTzGetDatum(e->period_start);
+	args[3] = TimestampTzGetDatum(e->resets_at);
+	nulls[3] = e->has_resets_at ? ' ' : 'n';
+	fm_execute_latest(e->kind == FM_EVENT_BLOCKED ? &block_stmt : &unblock_stmt,
+					  args, nulls, 0);
+	return SPI_processed > 0;
+}
+
+/* Record any other event in the outbox's common columns. */
+static int64
+record_outbox_event(const FmQuotaEvent *e, bool notified)
 {
 	Datum		args[12];
 	char		nulls[13] = "            ";
-	bool		isnull;
-
-	if (IS_GRANT_EVENT(e->kind))
-		return record_grant_event(e, notified);
-
-	if (e->kind == FM_EVENT_THRESHOLD)
-	{
-		args[0] = CStringGetTextDatum(e->tenant);
-		args[1] = CStringGetTextDatum(e->meter);
-		args[2] = TimestampTzGetDatum(e->period_start);
-		args[3] = Int32GetDatum(e->threshold);
-		args[4] = Int64GetDatum(e->used);
-		args[5] = Int64GetDatum(e->quota);
-		args[6] = BoolGetDatum(notified);
-		fm_execute_latest(&threshold_announced_stmt, args, NULL, 1);
-		if (SPI_processed > 0)
-			return 0;			/* announced before, by someone */
-		fm_execute_latest(&insert_threshold_stmt, args, NULL, 0);
-		return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-										   SPI_tuptable->tupdesc, 1, &isnull));
-	}
-
-	if (e->kind == FM_EVENT_FEATURE_CHANGED)
-	{
-		optional_text_arg(args, nulls, 0, e->tenant);
-		optional_text_arg(args, nulls, 1, e->plan);
-		args[2] = CStringGetTextDatum(e->feature);
-		args[3] = BoolGetDatum(e->enabled);
-		nulls[3] = e->has_enabled ? ' ' : 'n';
-		optional_text_arg(args, nulls, 4, e->config);
-		args[5] = BoolGetDatum(notified);
-		fm_execute_latest(&insert_feature_stmt, args, nulls, 0);
-		return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-										   SPI_tuptable->tupdesc, 1, &isnull));
-	}
-
-	if (e->kind == FM_EVENT_BLOCKED || e->kind == FM_EVENT_UNBLOCKED)
-	{
-		args[0] = CStringGetTextDatum(e->tenant);
-		args[1] = CStringGetTextDatum(e->meter);
-		args[2] = TimestampTzGetDatum(e->period_start);
-		args[3] = TimestampTzGetDatum(e->resets_at);
-		nulls[3] = e->has_resets_at ? ' ' : 'n';
-		fm_execute_latest(e->kind == FM_EVENT_BLOCKED ? &block_stmt : &unblock_stmt,
-						  args, nulls, 0);
-		if (SPI_processed == 0)
-			return 0;			/* already in that state */
-		nulls[3] = ' ';
-	}
 
 	args[0] = CStringGetTextDatum(kind_names[e->kind]);
 	optional_text_arg(args, nulls, 1, e->tenant);
@@ -731,39 +748,61 @@ record_event(const FmQuotaEvent *e, bool notified)
 	else
 		nulls[11] = 'n';
 	fm_execute_latest(&insert_event_stmt, args, nulls, 0);
-	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-									   SPI_tuptable->tupdesc, 1, &isnull));
+	return returned_version();
 }
 
 /*
- * Quota events: record them in the outbox in commit order and announce
- * them in one notification (one event, or a batch, or only the version
- * range when the batch would not fit), with the version recorded before
- * them (prev_version; see above).
+ * Record one event; its outbox version, or 0 when nothing is announced.
+ * Each kind has its step: grant events and thresholds once (per grant,
+ * per period), feature changes in their own columns, blocked and
+ * unblocked only when flagmeter.blocked changed, the rest as they are.
+ */
+static int64
+record_event(const FmQuotaEvent *e, bool notified)
+{
+	if (IS_GRANT_EVENT(e->kind))
+		return record_grant_event(e, notified);
+	if (e->kind == FM_EVENT_THRESHOLD)
+		return record_threshold_event(e, notified);
+	if (e->kind == FM_EVENT_FEATURE_CHANGED)
+		return record_feature_event(e, notified);
+	if ((e->kind == FM_EVENT_BLOCKED || e->kind == FM_EVENT_UNBLOCKED) &&
+		!record_block_state(e))
+		return 0;				/* already in that state */
+	return record_outbox_event(e, notified);
+}
+
+/* What record_quota_events recorded, for the notification. */
+typedef struct RecordedEvents
+{
+	int64		prev_version;	/* the greatest before this commit's */
+	int64		first_version;
+	int64		last_version;
+	int			announced;		/* events given a version */
+	const FmQuotaEvent *single; /* the first of them */
+	StringInfoData events_json; /* all of them, comma-separated */
+} RecordedEvents;
+
+/*
+ * Record the queued quota events in the outbox, in commit order, with the
+ * version recorded before them; the thresholds announced are remembered
+ * once committed (remember_announced).
  */
 static void
-commit_quota_events(bool room)
+record_quota_events(bool room, RecordedEvents *rec)
 {
-	StringInfoData events_json;
-	StringInfoData payload;
-	const FmQuotaEvent *single = NULL;
-	int64		prev_version;
-	int64		first_version = 0;
-	int64		last_version = 0;
-	int			announced = 0;
-	bool		isnull;
 	ListCell   *lc;
 
-	/* the lock PreCommit_Notify takes anyway, taken earlier: see above */
-	LockSharedObject(DatabaseRelationId, InvalidOid, 0, AccessExclusiveLock);
-
-	initStringInfo(&events_json);
+	rec->first_version = 0;
+	rec->last_version = 0;
+	rec->announced = 0;
+	rec->single = NULL;
+	initStringInfo(&rec->events_json);
 	/* portals are closed at pre-commit: SPI needs a snapshot of its own */
 	PushActiveSnapshot(GetTransactionSnapshot());
 	SPI_connect();
 	fm_execute_latest(&latest_version_stmt, NULL, NULL, 1);
-	prev_version = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-											   SPI_tuptable->tupdesc, 1, &isnull));
+	rec->prev_version = returned_version();
 	foreach(lc, pending_events)
 	{
 		PendingEvent *p = lfirst(lc);
@@ -780,58 +819,133 @@ commit_quota_events(bool room)
 		}
 		if (version == 0)
 			continue;
-		if (announced++ == 0)
+		if (rec->announced++ == 0)
 		{
-			first_version = version;
-			single = &p->event;
+			rec->first_version = version;
+			rec->single = &p->event;
 		}
 		else
-			appendStringInfoChar(&events_json, ',');
-		last_version = version;
-		append_event_json(&events_json, &p->event, version, -1, false);
+			appendStringInfoChar(&rec->events_json, ',');
+		rec->last_version = version;
+		append_event_json(&rec->events_json, &p->event, version, -1, false);
 	}
 	SPI_finish();
 	PopActiveSnapshot();
+}
 
-	if (announced == 0 || !room)
+/*
+ * The notification of one event: whole, else without its longer fields,
+ * else only its kind and version (a resync) when it would not fit.
+ */
+static void
+single_event_payload(StringInfo payload, const RecordedEvents *rec)
+{
+	append_event_json(payload, rec->single, rec->first_version, rec->prev_version, false);
+	if (payload->len > FM_PAYLOAD_MAX_BYTES)
+	{
+		resetStringInfo(payload);
+		append_event_json(payload, rec->single, rec->first_version, rec->prev_version,
+						  true);
+	}
+	if (payload->len > FM_PAYLOAD_MAX_BYTES)
+	{
+		resetStringInfo(payload);
+		appendStringInfo(payload, "{\"kind\":\"%s\",\"version\":" INT64_FORMAT
+						 ",\"prev_version\":" INT64_FORMAT ",\"resync\":true}",
+						 kind_names[rec->single->kind], rec->first_version,
+						 rec->prev_version);
+	}
+}
+
+/* The notification of several: a batch, else its version range (a resync). */
+static void
+batch_payload(StringInfo payload, const RecordedEvents *rec)
+{
+	appendStringInfo(payload,
+					 "{\"kind\":\"batch\",\"from_version\":" INT64_FORMAT
+					 ",\"to_version\":" INT64_FORMAT ",\"prev_version\":" INT64_FORMAT
+					 ",\"count\":%d,\"events\":[%s]}",
+					 rec->first_version, rec->last_version, rec->prev_version,
+					 rec->announced, rec->events_json.data);
+	if (payload->len > FM_PAYLOAD_MAX_BYTES)
+	{
+		resetStringInfo(payload);
+		appendStringInfo(payload,
+						 "{\"kind\":\"batch\",\"from_version\":" INT64_FORMAT
+						 ",\"to_version\":" INT64_FORMAT ",\"prev_version\":" INT64_FORMAT
+						 ",\"count\":%d,\"resync\":true}",
+						 rec->first_version, rec->last_version, rec->prev_version,
+						 rec->announced);
+	}
+}
+
+/*
+ * Quota events: record them in the outbox in commit order and announce
+ * them in one notification (one event, or a batch, or only the version
+ * range when the batch would not fit), with the version recorded before
+ * them (prev_version; see above).
+ */
+static void
+commit_quota_events(bool room)
+{
+	RecordedEvents rec;
+	StringInfoData payload;
+
+	/* the lock PreCommit_Notify takes anyway, taken earlier: see above */
+	LockSharedObject(DatabaseRelationId, InvalidOid, 0, AccessExclusiveLock);
+	record_quota_events(room, &rec);
+	if (rec.announced == 0 || !room)
 		return;
 
 	initStringInfo(&payload);
-	if (announced == 1)
-	{
-		append_event_json(&payload, single, first_version, prev_version, false);
-		if (payload.len > FM_PAYLOAD_MAX_BYTES)
-		{
-			resetStringInfo(&payload);
-			append_event_json(&payload, single, first_version, prev_version, true);
-		}
-		if (payload.len > FM_PAYLOAD_MAX_BYTES)
-		{
-			resetStringInfo(&payload);
-			appendStringInfo(&payload, "{\"kind\":\"%s\",\"version\":" INT64_FORMAT
-							 ",\"prev_version\":" INT64_FORMAT ",\"resync\":true}",
-							 kind_names[single->kind], first_version, prev_version);
-		}
-	}
+	if (rec.announced == 1)
+		single_event_payload(&payload, &rec);
 	else
+		batch_payload(&payload, &rec);
+	Async_Notify(FM_NOTIFY_CHANNEL, payload.data);
+}
+
+/* The operations an invalidation names, in the order its payload lists them. */
+static const char *const invalidation_ops[4] = {"insert", "update", "delete", "truncate"};
+
+/*
+ * What the transaction changed in table relid: seen_op[] its operations,
+ * *keys the changed keys once each, or *whole when a change named none.
+ */
+static void
+collect_table_changes(Oid relid, bool *seen_op, bool *whole, List **keys)
+{
+	ListCell   *lc;
+	int			i;
+
+	foreach(lc, pending_invalidations)
 	{
-		appendStringInfo(&payload,
-						 "{\"kind\":\"batch\",\"from_version\":" INT64_FORMAT
-						 ",\"to_version\":" INT64_FORMAT ",\"prev_version\":" INT64_FORMAT
-						 ",\"count\":%d,\"events\":[%s]}",
-						 first_version, last_version, prev_version, announced,
-						 events_json.data);
-		if (payload.len > FM_PAYLOAD_MAX_BYTES)
+		PendingInvalidation *p = lfirst(lc);
+
+		if (p->relid != relid)
+			continue;
+		for (i = 0; i < 4; i++)
+			if (strcmp(p->op, invalidation_ops[i]) == 0)
+				seen_op[i] = true;
+		if (p->key_json == NULL)
+			*whole = true;
+		else if (!*whole)
 		{
-			resetStringInfo(&payload);
-			appendStringInfo(&payload,
-							 "{\"kind\":\"batch\",\"from_version\":" INT64_FORMAT
-							 ",\"to_version\":" INT64_FORMAT ",\"prev_version\":" INT64_FORMAT
-							 ",\"count\":%d,\"resync\":true}",
-							 first_version, last_version, prev_version, announced);
+			ListCell   *lc2;
+			bool		dup = false;
+
+			foreach(lc2, *keys)
+			{
+				if (strcmp(lfirst(lc2), p->key_json) == 0)
+				{
+					dup = true;
+					break;
+				}
+			}
+			if (!dup)
+				*keys = lappend(*keys, p->key_json);
 		}
 	}
-	Async_Notify(FM_NOTIFY_CHANNEL, payload.data);
 }
 
 /*
@@ -841,7 +955,6 @@ commit_quota_events(bool room)
 static char *
 table_invalidation_payload(Oid relid, const char *qualified_name)
 {
-	const char *ops[4] = {"insert", "update", "delete", "truncate"};
 	bool		seen_op[4] = {false, false, false, false};
 	bool		whole = false;
 	List	   *keys = NIL;
@@ -851,34 +964,7 @@ table_invalidation_payload(Oid relid, const char *qualified_name)
 	int			i;
 	bool		first;
 
-	foreach(lc, pending_invalidations)
-	{
-		PendingInvalidation *p = lfirst(lc);
-
-		if (p->relid != relid)
-			continue;
-		for (i = 0; i < 4; i++)
-			if (strcmp(p->op, ops[i]) == 0)
-				seen_op[i] = true;
-		if (p->key_json == NULL)
-			whole = true;
-		else if (!whole)
-		{
-			ListCell   *lc2;
-			bool		dup = false;
-
-			foreach(lc2, keys)
-			{
-				if (strcmp(lfirst(lc2), p->key_json) == 0)
-				{
-					dup = true;
-					break;
-				}
-			}
-			if (!dup)
-				keys = lappend(keys, p->key_json);
-		}
-	}
+	collect_table_changes(relid, seen_op, &whole, &keys);
 
 	initStringInfo(&head);
 	appendStringInfoString(&head, "{\"kind\":\"invalidate\",\"table\":");
@@ -888,7 +974,7 @@ table_invalidation_payload(Oid relid, const char *qualified_name)
 	for (i = 0; i < 4; i++)
 		if (seen_op[i])
 		{
-			appendStringInfo(&head, "%s\"%s\"", first ? "" : ",", ops[i]);
+			appendStringInfo(&head, "%s\"%s\"", first ? "" : ",", invalidation_ops[i]);
 			first = false;
 		}
 	appendStringInfoChar(&head, ']');

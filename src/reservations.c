@@ -131,6 +131,129 @@ arg_reservation_id(FunctionCallInfo fcinfo)
 	return PG_GETARG_INT64(0);
 }
 
+/* reserve's ttl as the time the hold expires, from now: positive (22023). */
+static TimestampTz
+reserve_expires_at(FunctionCallInfo fcinfo, TimestampTz now)
+{
+	TimestampTz expires_at;
+
+	if (PG_ARGISNULL(3))
+		fm_null_argument("ttl");
+	expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+														 TimestampTzGetDatum(now),
+														 PG_GETARG_DATUM(3)));
+	if (expires_at <= now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be positive")));
+	return expires_at;
+}
+
+/*
+ * The limit of a meter reserve holds units of (inside SPI): a sum meter
+ * that draws from no credit pool, else 0A000.
+ */
+static void
+load_reservable_limit(const char *tenant, const char *meter, FmLimit *limit)
+{
+	fm_load_limit(tenant, meter, false, limit);
+	if (limit->aggregation != FM_AGG_SUM)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("meter \"%s\" is a %s meter: reservations hold units of sum meters",
+						meter, fm_aggregation_name(limit->aggregation))));
+	if (fm_draws_from_pool(limit))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("meter \"%s\" draws from the credit pool \"%s\"", meter, limit->pool),
+				 errhint("Reserve units of \"%s\" (the units of \"%s\" times its rate), and track \"%s\" when settled.",
+						 limit->pool, meter, meter)));
+}
+
+/*
+ * reserve's decision (inside SPI), as a hard-limit consume of amount would
+ * decide, holds included, under the period's stripe 0 lock and the
+ * grants' locks.  The tenant's account of the meter is marked first: its
+ * calls count holds from then on.
+ */
+static void
+decide_reserve(const char *tenant, const char *meter, int64 amount, TimestampTz now,
+			   FmLimit *limit, FmDecision *decision)
+{
+	TimestampTz period_start;
+	TimestampTz period_end;
+	FmCounter	total;
+	FmGrantsHeld grants;
+	Datum		args[2];
+	int64		draw;
+	int64		held;
+
+	fm_period_bounds(limit->period, limit->anchor, limit->tz, now, &period_start,
+					 &period_end);
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	if (!limit->reserves)
+	{
+		fm_execute(&mark_account_stmt, args, NULL, false, 0);
+		limit->reserves = true;
+	}
+
+	fm_inflight_before_lock(tenant, meter, period_start, now, NULL);
+	fm_lock_stripe0(tenant, meter, period_start);
+	total = fm_read_period(tenant, meter, period_start);
+	held = fm_reservations_held(tenant, meter, now, false);
+	grants.available = 0;
+	if (limit->grants)
+		fm_grants_lock(tenant, meter, now, &grants);
+	fm_decide_with_grants(limit, &total, amount, now, period_end, false, false,
+						  grants.available, held, decision, &draw);
+}
+
+/*
+ * The reservation key already made (inside SPI): true, with its id,
+ * amount and expiry, for a retry; false when the key is new.
+ */
+static bool
+keyed_reservation(const char *tenant, const char *key, int64 *id, int64 *amount,
+				  TimestampTz *expires_at)
+{
+	Datum		args[2];
+	HeapTuple	row;
+	TupleDesc	desc;
+	bool		isnull;
+
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(key);
+	fm_execute(&keyed_reservation_stmt, args, NULL, false, 1);
+	if (SPI_processed != 1)
+		return false;
+	row = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	*id = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+	*amount = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
+	*expires_at = DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull));
+	return true;
+}
+
+/* Record a granted hold (inside SPI); its reservation_id. */
+static int64
+insert_reservation(const char *tenant, const char *meter, int64 amount,
+				   TimestampTz now, TimestampTz expires_at, const char *key)
+{
+	Datum		args[6];
+	bool		isnull;
+
+	args[0] = CStringGetTextDatum(tenant);
+	args[1] = CStringGetTextDatum(meter);
+	args[2] = Int64GetDatum(amount);
+	args[3] = TimestampTzGetDatum(now);
+	args[4] = TimestampTzGetDatum(expires_at);
+	args[5] = key ? CStringGetTextDatum(key) : (Datum) 0;
+	fm_execute(&insert_reservation_stmt, args, key ? NULL : "     n", false, 1);
+	return DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+									   &isnull));
+}
+
 /*
  * reserve(tenant, meter, amount, ttl, idempotency_key)
  *   -> (granted, reservation_id, reserved, expires_at, balance)
@@ -150,93 +273,30 @@ fm_reserve(PG_FUNCTION_ARGS)
 	int64		amount = fm_arg_amount(fcinfo, 2, false);
 	char	   *key = fm_arg_key(fcinfo, 4);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	TimestampTz expires_at;
-	TimestampTz period_start;
-	TimestampTz period_end;
+	TimestampTz expires_at = reserve_expires_at(fcinfo, now);
 	FmLimit		limit;
-	FmCounter	total;
-	FmGrantsHeld grants;
 	FmDecision	decision;
 	TupleDesc	desc;
-	Datum		args[6];
 	Datum		values[5];
 	bool		nulls[5] = {false, false, false, false, false};
-	int64		draw;
-	int64		held;
 	int64		id = 0;
 	bool		granted;
 
-	if (PG_ARGISNULL(3))
-		fm_null_argument("ttl");
-	expires_at = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-														 TimestampTzGetDatum(now),
-														 PG_GETARG_DATUM(3)));
-	if (expires_at <= now)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl must be positive")));
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "reserve must return a record");
 	desc = BlessTupleDesc(desc);
 
 	fm_lock_counters_for_write();
 	SPI_connect();
-	fm_load_limit(tenant, meter, false, &limit);
-	if (limit.aggregation != FM_AGG_SUM)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("meter \"%s\" is a %s meter: reservations hold units of sum meters",
-						meter, fm_aggregation_name(limit.aggregation))));
-	if (fm_draws_from_pool(&limit))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("meter \"%s\" draws from the credit pool \"%s\"", meter, limit.pool),
-				 errhint("Reserve units of \"%s\" (the units of \"%s\" times its rate), and track \"%s\" when settled.",
-						 limit.pool, meter, meter)));
-	fm_period_bounds(limit.period, limit.anchor, limit.tz, now, &period_start, &period_end);
-	args[0] = CStringGetTextDatum(tenant);
-	args[1] = CStringGetTextDatum(meter);
-	if (!limit.reserves)
-	{
-		fm_execute(&mark_account_stmt, args, NULL, false, 0);
-		limit.reserves = true;
-	}
-
-	fm_inflight_before_lock(tenant, meter, period_start, now, NULL);
-	fm_lock_stripe0(tenant, meter, period_start);
-	total = fm_read_period(tenant, meter, period_start);
-	held = fm_reservations_held(tenant, meter, now, false);
-	grants.available = 0;
-	if (limit.grants)
-		fm_grants_lock(tenant, meter, now, &grants);
-	fm_decide_with_grants(&limit, &total, amount, now, period_end, false, false,
-						  grants.available, held, &decision, &draw);
+	load_reservable_limit(tenant, meter, &limit);
+	decide_reserve(tenant, meter, amount, now, &limit, &decision);
 	granted = decision.granted;
-
-	if (key)
-	{
-		args[1] = CStringGetTextDatum(key);
-		fm_execute(&keyed_reservation_stmt, args, NULL, false, 1);
-		if (SPI_processed == 1)
-		{
-			bool		isnull;
-
-			/* a retry: the reservation the key made, already counted */
-			id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-			amount = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-			expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
-			granted = true;
-		}
-		args[1] = CStringGetTextDatum(meter);
-	}
+	/* a retry: the reservation the key made, already counted */
+	if (key && keyed_reservation(tenant, key, &id, &amount, &expires_at))
+		granted = true;
 	if (granted && id == 0)
 	{
-		args[2] = Int64GetDatum(amount);
-		args[3] = TimestampTzGetDatum(now);
-		args[4] = TimestampTzGetDatum(expires_at);
-		args[5] = key ? CStringGetTextDatum(key) : (Datum) 0;
-		fm_execute(&insert_reservation_stmt, args, key ? NULL : "     n", false, 1);
-		id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &nulls[0]));
+		id = insert_reservation(tenant, meter, amount, now, expires_at, key);
 		decision.balance = Max(decision.balance - amount, 0);
 	}
 	SPI_finish();
@@ -251,6 +311,35 @@ fm_reserve(PG_FUNCTION_ARGS)
 	values[4] = Int64GetDatum(decision.balance);
 	nulls[4] = !decision.has_balance;
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
+}
+
+/*
+ * 55000 unless reservation id (r, locked with its period's stripe 0)
+ * still holds: not settled, not released, not expired.
+ */
+static void
+check_still_held(int64 id, const LockedReservation *r)
+{
+	if (r->settled)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("reservation " INT64_FORMAT " is already settled", id)));
+	if (r->released)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("reservation " INT64_FORMAT " was released", id)));
+
+	/*
+	 * The clock, now that stripe 0 is held: a decision that no longer counted
+	 * the hold began after expires_at, and has committed (or waits for this
+	 * transaction), so a settle that finds the ttl passed must not record.
+	 */
+	if (r->expires_at <= GetCurrentTimestamp())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("reservation " INT64_FORMAT " has expired", id),
+				 errdetail("It expired at %s.", timestamptz_to_str(r->expires_at)),
+				 errhint("Its hold is gone: record the usage with flagmeter.consume() or flagmeter.track().")));
 }
 
 /*
@@ -289,26 +378,7 @@ fm_settle(PG_FUNCTION_ARGS)
 	SPI_connect();
 	lock_reservation(id, &r);
 	lock_current_stripe0(r.tenant, r.meter);
-	if (r.settled)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("reservation " INT64_FORMAT " is already settled", id)));
-	if (r.released)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("reservation " INT64_FORMAT " was released", id)));
-
-	/*
-	 * The clock, now that stripe 0 is held: a decision that no longer counted
-	 * the hold began after expires_at, and has committed (or waits for this
-	 * transaction), so a settle that finds the ttl passed must not record.
-	 */
-	if (r.expires_at <= GetCurrentTimestamp())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("reservation " INT64_FORMAT " has expired", id),
-				 errdetail("It expired at %s.", timestamptz_to_str(r.expires_at)),
-				 errhint("Its hold is gone: record the usage with flagmeter.consume() or flagmeter.track().")));
+	check_still_held(id, &r);
 	args[0] = Int64GetDatum(id);
 	args[1] = Int64GetDatum(actual);
 	fm_execute(&settle_stmt, args, NULL, false, 0);

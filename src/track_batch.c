@@ -478,26 +478,12 @@ draw_batch_grants(TrackBatch *b, const PeriodList *written)
 	}
 }
 
-/*
- * Read the periods that may have reached something (as track decides it)
- * in one statement, queue what each reached, and write the stripes' new
- * recheck figures in another: track's fm_announce_after_track for many
- * periods.
- */
-static void
-read_due_periods(TrackBatch *b, const PeriodList *written)
+/* The periods written whose stripe (as track decides it) is due for a read. */
+static PeriodList
+due_periods(const TrackBatch *b, const PeriodList *written)
 {
 	PeriodList	due = period_list_alloc(written->n);
-	PeriodList	recheck;
-	FmCounter  *totals;
-	int		   *nstripes;
-	Datum	   *r_at;
-	Datum	   *r_for;
-	Datum	   *r_ctid;
-	Datum		args[7];
-	uint64		r;
 	int			g;
-	Snapshot	snapshot;
 
 	for (g = 0; g < written->n; g++)
 	{
@@ -507,15 +493,27 @@ read_due_periods(TrackBatch *b, const PeriodList *written)
 							   group->limit, group->key.period_start, &group->written))
 			period_list_add(&due, group, written->tenants[g], written->meters[g]);
 	}
-	if (due.n == 0)
-		return;
+	return due;
+}
 
-	totals = palloc(sizeof(FmCounter) * due.n);
-	nstripes = palloc0(sizeof(int) * due.n);
-	period_list_args(args, &due);
+/*
+ * Read the due periods in one statement: totals[] their usage, with what
+ * other calls left pending in shared memory (pending.h), nstripes[] how
+ * many track stripes each has.
+ */
+static void
+read_period_totals(const TrackBatch *b, const PeriodList *due, FmCounter *totals,
+				   int *nstripes)
+{
+	Datum		args[7];
+	Snapshot	snapshot;
+	uint64		r;
+	int			g;
+
+	period_list_args(args, due);
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	fm_execute_snapshot(&read_groups_stmt, args, NULL, false, 0, snapshot);
-	for (g = 0; g < due.n; g++)
+	for (g = 0; g < due->n; g++)
 		totals[g] = fm_empty_counter();
 	for (r = 0; r < SPI_processed; r++)
 	{
@@ -529,19 +527,30 @@ read_due_periods(TrackBatch *b, const PeriodList *written)
 		if (DatumGetInt16(SPI_getbinval(row, desc, 3, &isnull)) != 0)
 			nstripes[ordinal - 1]++;
 	}
-	/* and what other calls left pending in shared memory (pending.h) */
-	for (g = 0; g < due.n; g++)
-		fm_pending_add_visible(b->tenants[due.groups[g]->first], b->meters[due.groups[g]->first],
-							   due.groups[g]->key.period_start, snapshot, &totals[g]);
+	for (g = 0; g < due->n; g++)
+		fm_pending_add_visible(b->tenants[due->groups[g]->first], b->meters[due->groups[g]->first],
+							   due->groups[g]->key.period_start, snapshot, &totals[g]);
 	UnregisterSnapshot(snapshot);
+}
 
-	recheck = period_list_alloc(due.n);
-	r_at = palloc(sizeof(Datum) * due.n);
-	r_for = palloc(sizeof(Datum) * due.n);
-	r_ctid = palloc(sizeof(Datum) * due.n);
-	for (g = 0; g < due.n; g++)
+/*
+ * Queue what each due period reached, and write the new recheck figures
+ * of their stripes in one statement.
+ */
+static void
+queue_and_recheck(const TrackBatch *b, const PeriodList *due, const FmCounter *totals,
+				  const int *nstripes)
+{
+	PeriodList	recheck = period_list_alloc(due->n);
+	Datum	   *r_at = palloc(sizeof(Datum) * due->n);
+	Datum	   *r_for = palloc(sizeof(Datum) * due->n);
+	Datum	   *r_ctid = palloc(sizeof(Datum) * due->n);
+	Datum		args[7];
+	int			g;
+
+	for (g = 0; g < due->n; g++)
 	{
-		BatchGroupEntry *group = due.groups[g];
+		BatchGroupEntry *group = due->groups[g];
 		int64		recheck_at;
 
 		fm_announce_usage_level(b->tenants[group->first], b->meters[group->first],
@@ -553,7 +562,7 @@ read_due_periods(TrackBatch *b, const PeriodList *written)
 		r_at[recheck.n] = Int64GetDatum(recheck_at);
 		r_for[recheck.n] = Int32GetDatum(group->limit->fingerprint);
 		r_ctid[recheck.n] = PointerGetDatum(&group->written.ctid);
-		period_list_add(&recheck, group, due.tenants[g], due.meters[g]);
+		period_list_add(&recheck, group, due->tenants[g], due->meters[g]);
 	}
 	if (recheck.n == 0)
 		return;
@@ -564,6 +573,27 @@ read_due_periods(TrackBatch *b, const PeriodList *written)
 	args[6] = PointerGetDatum(construct_array(r_ctid, recheck.n, TIDOID, sizeof(ItemPointerData),
 											  false, TYPALIGN_SHORT));
 	fm_execute(&set_recheck_batch_stmt, args, NULL, false, 0);
+}
+
+/*
+ * Read the periods that may have reached something (as track decides it)
+ * in one statement, queue what each reached, and write the stripes' new
+ * recheck figures in another: track's fm_announce_after_track for many
+ * periods.
+ */
+static void
+read_due_periods(TrackBatch *b, const PeriodList *written)
+{
+	PeriodList	due = due_periods(b, written);
+	FmCounter  *totals;
+	int		   *nstripes;
+
+	if (due.n == 0)
+		return;
+	totals = palloc(sizeof(FmCounter) * due.n);
+	nstripes = palloc0(sizeof(int) * due.n);
+	read_period_totals(b, &due, totals, nstripes);
+	queue_and_recheck(b, &due, totals, nstripes);
 }
 
 /* Record the batch's events: b->counted says which were counted. */

@@ -258,6 +258,48 @@ void_merging_all(VoidPeriod *p, int64 amount, FmCounter *total)
 }
 
 /*
+ * Lock the period's track stripes that exist (their tags, then their rows,
+ * in stripe order) into p, and read their merge; again when one found was
+ * gone once its lock was had (see void_in_counters).
+ */
+static void
+lock_track_stripes(VoidPeriod *p)
+{
+	for (;;)
+	{
+		ArrayType  *found = take_track_stripe_tags(p->tenant, p->meter, p->period_start);
+
+		p->args[3] = PointerGetDatum(found);
+		fm_execute(&lock_track_stripes_stmt, p->args, NULL, false, 0);
+		p->tracked = fm_merge_result_rows();
+		p->locked = result_stripes();
+		p->nlocked = ArrayGetNItems(ARR_NDIM(p->locked), ARR_DIMS(p->locked));
+		if (p->nlocked == ArrayGetNItems(ARR_NDIM(found), ARR_DIMS(found)))
+			break;
+	}
+}
+
+/* Queue "unblocked" for the period, whose usage is total now. */
+static void
+queue_unblocked(const VoidPeriod *p, const FmLimit *limit, const FmCounter *total)
+{
+	FmQuotaEvent event;
+
+	memset(&event, 0, sizeof(event));
+	event.nthresholds = -1;
+	event.kind = FM_EVENT_UNBLOCKED;
+	event.tenant = p->tenant;
+	event.meter = p->meter;
+	event.has_period = true;
+	event.period_start = p->period_start;
+	event.has_usage = true;
+	event.used = fm_used_of(total, limit->aggregation);
+	event.has_quota = true;
+	event.quota = limit->quota;
+	fm_queue_quota_event(&event);
+}
+
+/*
  * Take one voided event out of the counters of its period: its amount
  * (and one event) comes out of a merge of rows that holds it, as far as
  * possible one that leaves the other side alone.  The track stripes that
@@ -319,18 +361,7 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	p.period_start = period_start;
 	fm_period_args(p.args, tenant, item->meter, period_start);
 
-	for (;;)
-	{
-		ArrayType  *found = take_track_stripe_tags(tenant, item->meter, period_start);
-
-		p.args[3] = PointerGetDatum(found);
-		fm_execute(&lock_track_stripes_stmt, p.args, NULL, false, 0);
-		p.tracked = fm_merge_result_rows();
-		p.locked = result_stripes();
-		p.nlocked = ArrayGetNItems(ARR_NDIM(p.locked), ARR_DIMS(p.locked));
-		if (p.nlocked == ArrayGetNItems(ARR_NDIM(found), ARR_DIMS(found)))
-			break;
-	}
+	lock_track_stripes(&p);
 
 	stripe0_first = item->consumed || p.nlocked == 0;
 	if (stripe0_first)
@@ -352,22 +383,7 @@ void_in_counters(const char *tenant, const VoidItem *item)
 	/* back under a hard limit: unblocked, if it was blocked */
 	if (limit.limited && limit.hard &&
 		fm_used_of(&total, limit.aggregation) < limit.quota)
-	{
-		FmQuotaEvent event;
-
-		memset(&event, 0, sizeof(event));
-		event.nthresholds = -1;
-		event.kind = FM_EVENT_UNBLOCKED;
-		event.tenant = tenant;
-		event.meter = item->meter;
-		event.has_period = true;
-		event.period_start = period_start;
-		event.has_usage = true;
-		event.used = fm_used_of(&total, limit.aggregation);
-		event.has_quota = true;
-		event.quota = limit.quota;
-		fm_queue_quota_event(&event);
-	}
+		queue_unblocked(&p, &limit, &total);
 }
 
 /*
