@@ -10,7 +10,7 @@
 // rates, about (arrival rate x transaction time / maxInFlight) under load.
 //
 // Why the limits exist:
-// - maxInFlight (default 2): each group holds a pool connection for one
+// - maxInFlight (default: DEFAULTS.maxInFlight, src/defaults.js): each group holds a pool connection for one
 //   transaction.  More groups in flight give smaller groups and more
 //   transactions for the same work (and take connections the app's own
 //   queries need); fewer leave the database idle while a group commits.  At
@@ -18,7 +18,7 @@
 //   in each of three alternating rounds (+6 to +17 % req/s), 1 and 3 were
 //   no better than 2, and 8 was worse than 4; a database with more cores
 //   may want more.
-// - maxGroup (default 500): one statement's arrays, and one transaction's
+// - maxGroup (default: DEFAULTS.maxGroup): one statement's arrays, and one transaction's
 //   locks and WAL, stay bounded, and a failed group fails at most that many
 //   callers.
 //
@@ -41,21 +41,39 @@
 // it.
 
 const { callError } = require('./outcome')
+const { DEFAULTS } = require('./defaults')
 
+/** @typedef {import('./outcome').Failure} Failure */
+/**
+ * A queued call: its item, its promise's ends, and what its attempts left.
+ * @template Item, Result
+ * @typedef {{
+ *   item: Item, resolve: (result: Result) => void, reject: (err: unknown) => void,
+ *   deadline: number, attempts: number, lastError: unknown, unknown: boolean
+ * }} Queued
+ */
+
+/**
+ * @template Item  a call, as run() takes it
+ * @template Result  its answer
+ */
 class Batcher {
   /**
    * @param {object} opts
-   * @param {(items: any[], deadline: number) => Promise<any[]>} opts.run
+   * @param {(items: Item[], deadline: number) => Promise<Result[]>} opts.run
    *        one attempt: one result per item, in order; rejects with an
    *        error whose outcome is set (src/outcome.js); deadline: Date.now()
    *        time by which the attempt must end
    * @param {number} [opts.maxInFlight]
    * @param {number} [opts.maxGroup]
    * @param {number} [opts.timeoutMs]  each call's deadline, from its push
-   * @param {(item: any) => boolean} [opts.canRetryUnknown]  whether an item may be sent again after an unknown outcome
+   * @param {(item: Item) => boolean} [opts.canRetryUnknown]  whether an item may be sent again after an unknown outcome
    * @param {{ initialDelayMs?: number, maxDelayMs?: number }} [opts.retry]
    */
-  constructor ({ run, maxInFlight = 2, maxGroup = 500, timeoutMs = 5000, canRetryUnknown = () => false, retry = {} }) {
+  constructor ({
+    run, maxInFlight = DEFAULTS.maxInFlight, maxGroup = DEFAULTS.maxGroup, timeoutMs = DEFAULTS.timeoutMs,
+    canRetryUnknown = () => false, retry = {}
+  }) {
     if (!Number.isInteger(maxInFlight) || maxInFlight < 1) throw new RangeError(`maxInFlight must be a positive integer: ${maxInFlight}`)
     if (!Number.isInteger(maxGroup) || maxGroup < 1) throw new RangeError(`maxGroup must be a positive integer: ${maxGroup}`)
     this._run = run
@@ -63,22 +81,30 @@ class Batcher {
     this._maxGroup = maxGroup
     this._timeoutMs = timeoutMs
     this._canRetryUnknown = canRetryUnknown
-    this._initialDelay = retry.initialDelayMs ?? 25
-    this._maxDelay = retry.maxDelayMs ?? 250
+    this._initialDelay = retry.initialDelayMs ?? DEFAULTS.retry.initialDelayMs
+    this._maxDelay = retry.maxDelayMs ?? DEFAULTS.retry.maxDelayMs
     this._minAttempt = Math.min(250, timeoutMs / 4)
     this._delay = this._initialDelay
+    /** @type {Array<Queued<Item, Result>>} */
     this._queue = [] // by deadline, earliest first
     this._inFlight = 0
+    /** @type {Array<() => void>} */
     this._idle = []
     this._retryAt = 0
+    /** @type {NodeJS.Timeout | null} */
     this._resumeTimer = null
+    /** @type {NodeJS.Timeout | null} */
     this._expiryTimer = null
     this.groups = 0
     this.calls = 0
     this.retries = 0
   }
 
-  /** Queue one call; resolves with its result once its group committed. */
+  /**
+   * Queue one call; resolves with its result once its group committed.
+   * @param {Item} item
+   * @returns {Promise<Result>}
+   */
   push (item) {
     this.calls++
     return new Promise((resolve, reject) => {
@@ -87,7 +113,10 @@ class Batcher {
     })
   }
 
-  /** Resolves when nothing is queued or running (close() waits for it). */
+  /**
+   * Resolves when nothing is queued or running (close() waits for it).
+   * @returns {Promise<void>}
+   */
   drain () {
     if (this._queue.length === 0 && this._inFlight === 0) return Promise.resolve()
     return new Promise((resolve) => this._idle.push(resolve))
@@ -116,6 +145,7 @@ class Batcher {
     }
   }
 
+  /** @param {Array<Queued<Item, Result>>} group */
   async _send (group) {
     // the queue is by deadline: the first call's is the group's
     const deadline = group[0].deadline
@@ -135,9 +165,13 @@ class Batcher {
     }
   }
 
-  /** A group's attempt failed: send again what may be sent again, fail the rest. */
+  /**
+   * A group's attempt failed: send again what may be sent again, fail the rest.
+   * @param {Array<Queued<Item, Result>>} group
+   * @param {unknown} err  what run() rejected with: its outcome set (refused when not)
+   */
   _failed (group, err) {
-    const outcome = err.outcome ?? 'refused'
+    const outcome = /** @type {Failure} */ (err).outcome ?? 'refused'
     const again = []
     const last = Date.now() + this._minAttempt
     for (const g of group) {
@@ -161,17 +195,21 @@ class Batcher {
    * The error of a call whose deadline passed (or is too near for an
    * attempt): its last attempt's, marked timedOut; unknown when any
    * attempt's outcome was.
+   * @param {Queued<Item, Result>} g
    */
   _expired (g) {
-    const err = g.lastError ?? new Error('no pool connection became free')
+    const err = /** @type {Failure} */ (g.lastError ?? new Error('no pool connection became free'))
     const outcome = g.unknown ? 'unknown' : err.outcome ?? 'not_applied'
     return callError(err, outcome, { attempts: g.attempts, timedOut: true, timeoutMs: this._timeoutMs })
   }
 
-  /** Fail the queued calls whose deadline is before `by`. */
+  /**
+   * Fail the queued calls whose deadline is before `by`.
+   * @param {number} by  Date.now() time
+   */
   _expire (by) {
     while (this._queue.length > 0 && this._queue[0].deadline <= by) {
-      const g = this._queue.shift()
+      const g = /** @type {Queued<Item, Result>} not empty */ (this._queue.shift())
       g.reject(this._expired(g))
     }
   }
@@ -193,7 +231,13 @@ class Batcher {
   }
 }
 
-/** Two lists ordered by deadline, as one. */
+/**
+ * Two lists ordered by deadline, as one.
+ * @template {{ deadline: number }} T
+ * @param {T[]} a
+ * @param {T[]} b
+ * @returns {T[]}
+ */
 function mergeByDeadline (a, b) {
   const out = []
   let i = 0

@@ -7,10 +7,21 @@
 // carries the end of its period and stops counting at that instant, on
 // the next read: no timer, no waiting for maintain()'s "unblocked".
 
+/** @typedef {import('./interfaces').Limit} Limit */
+/** @typedef {{ periodStart: Date | null, until: number }} BlockedEntry */
+
+/**
+ * @param {string} tenant
+ * @param {string} meter
+ */
 function keyOf (tenant, meter) {
   return tenant + '\u0000' + meter
 }
 
+/**
+ * @param {import('./sql/rows').LimitRow} row
+ * @returns {Limit}
+ */
 function limitOf (row) {
   return {
     tenant: row.tenant,
@@ -26,12 +37,18 @@ function limitOf (row) {
   }
 }
 
-/** A period start as stored: a Date, or null for -infinity (lifetime). */
+/**
+ * A period start as stored: a Date, or null for -infinity (lifetime).
+ * @param {unknown} value
+ */
 function periodStartOf (value) {
   return value instanceof Date ? value : null
 }
 
-/** A period end as stored: ms since the epoch, Infinity when it never ends. */
+/**
+ * A period end as stored: ms since the epoch, Infinity when it never ends.
+ * @param {unknown} value
+ */
 function untilOf (value) {
   return value instanceof Date ? value.getTime() : Infinity
 }
@@ -40,12 +57,18 @@ class QuotaCache {
   /** @param {{ now?: () => number }} [opts]  now: the clock (tests set it) */
   constructor ({ now = Date.now } = {}) {
     this._now = now
+    /** @type {Map<string, BlockedEntry>} */
     this._blocked = new Map()
+    /** @type {Map<string, Limit>} */
     this._limits = new Map()
+    /** @type {import('./interfaces').Int | null} */
     this.version = null // null: no snapshot yet
   }
 
-  /** Replace everything with a snapshot { version, blocked, limits }. */
+  /**
+   * Replace everything with a snapshot { version, blocked, limits }.
+   * @param {import('./sql/rows').State} state
+   */
   load ({ version, blocked, limits }) {
     this._blocked.clear()
     for (const b of blocked) this.block(b.tenant, b.meter, b.period_start, b.period_end)
@@ -54,6 +77,12 @@ class QuotaCache {
     this.version = version
   }
 
+  /**
+   * @param {string} tenant
+   * @param {string} meter
+   * @param {unknown} periodStart  a Date, else a lifetime period
+   * @param {unknown} periodEnd  a Date, else never
+   */
   block (tenant, meter, periodStart, periodEnd) {
     this._blocked.set(keyOf(tenant, meter), {
       periodStart: periodStartOf(periodStart),
@@ -61,7 +90,12 @@ class QuotaCache {
     })
   }
 
-  /** An unblocked event: only for the period it names (an older event cannot clear a newer block). */
+  /**
+   * An unblocked event: only for the period it names (an older event cannot clear a newer block).
+   * @param {string} tenant
+   * @param {string} meter
+   * @param {unknown} periodStart  a Date, else a lifetime period
+   */
   unblock (tenant, meter, periodStart) {
     const k = keyOf(tenant, meter)
     const entry = this._blocked.get(k)
@@ -72,6 +106,10 @@ class QuotaCache {
     if (eventStart >= entryStart) this._blocked.delete(k)
   }
 
+  /**
+   * @param {string} tenant
+   * @param {string} meter
+   */
   isBlocked (tenant, meter) {
     const k = keyOf(tenant, meter)
     const entry = this._blocked.get(k)
@@ -83,7 +121,10 @@ class QuotaCache {
     return true
   }
 
-  /** Tenants and meters blocked now. */
+  /**
+   * Tenants and meters blocked now.
+   * @returns {Array<{ tenant: string, meter: string, periodStart: Date | null, until: Date | null }>}
+   */
   blocked () {
     const out = []
     for (const [k, entry] of this._blocked) {
@@ -94,6 +135,10 @@ class QuotaCache {
     return out
   }
 
+  /**
+   * @param {string} tenant
+   * @param {string} meter
+   */
   limit (tenant, meter) {
     return this._limits.get(keyOf(tenant, meter))
   }
@@ -101,6 +146,8 @@ class QuotaCache {
   /**
    * Replace the limits matching { tenant, meter, plan } (undefined: any)
    * with rows read after the event that changed them.
+   * @param {{ tenant?: string | null, meter?: string | null, plan?: string | null }} match
+   * @param {import('./sql/rows').LimitRow[]} rows
    */
   replaceLimits (match, rows) {
     for (const [k, l] of this._limits) {

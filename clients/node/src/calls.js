@@ -8,6 +8,17 @@ const { checkAmount } = require('./numbers')
 const { trackEvents } = require('./sql/trackEvents')
 const { consumeBatch } = require('./sql/consumeBatch')
 
+/** @typedef {import('./interfaces').Int} Int */
+/** @typedef {import('./interfaces').Decision} Decision */
+/** @typedef {{ tenant: string, meter: string, amount: Int, occurredAt: Date | null, key: string | null }} TrackCall */
+/** @typedef {{ tenant: string, meters: string[], amounts: Int[], key: string | null, multi: boolean }} ConsumeCall */
+/** @typedef {{ tenant: string, meter: string, amount: Int, ttl: string | null, key: string | null }} ReserveCall */
+
+/**
+ * @param {unknown} value
+ * @param {string} what  its name in the error
+ * @returns {string}
+ */
 function checkName (value, what) {
   if (typeof value !== 'string' || value.length === 0) {
     throw new TypeError(`${what} must be a non-empty string`)
@@ -15,11 +26,19 @@ function checkName (value, what) {
   return value
 }
 
+/**
+ * @param {unknown} key
+ * @returns {string | null}
+ */
 function checkKey (key) {
   if (key === undefined || key === null) return null
   return checkName(key, 'key')
 }
 
+/**
+ * @param {unknown} value
+ * @returns {Date | null}
+ */
 function checkDate (value) {
   if (value === undefined || value === null) return null
   if (!(value instanceof Date) || Number.isNaN(value.getTime())) {
@@ -28,7 +47,14 @@ function checkDate (value) {
   return value
 }
 
-/** A track call, checked: { tenant, meter, amount, occurredAt, key }. */
+/**
+ * A track call, checked: { tenant, meter, amount, occurredAt, key }.
+ * @param {unknown} tenant
+ * @param {unknown} meter
+ * @param {unknown} [amount]
+ * @param {import('./interfaces').TrackOptions} [options]
+ * @returns {TrackCall}
+ */
 function trackCall (tenant, meter, amount = 1, options = {}) {
   return {
     tenant: checkName(tenant, 'tenant'),
@@ -39,7 +65,14 @@ function trackCall (tenant, meter, amount = 1, options = {}) {
   }
 }
 
-/** A consume call, checked: { tenant, meters, amounts, key, multi }. */
+/**
+ * A consume call, checked: { tenant, meters, amounts, key, multi }.
+ * @param {unknown} tenant
+ * @param {unknown} meter  a meter, or an array of them (multi)
+ * @param {unknown} [amount]  an amount, or an array of as many (multi)
+ * @param {import('./interfaces').ConsumeOptions} [options]
+ * @returns {ConsumeCall}
+ */
 function consumeCall (tenant, meter, amount = 1, options = {}) {
   checkName(tenant, 'tenant')
   const multi = Array.isArray(meter)
@@ -52,10 +85,21 @@ function consumeCall (tenant, meter, amount = 1, options = {}) {
   meters.forEach((m) => checkName(m, 'meter'))
   amounts.forEach((a) => checkAmount(a, 'amount', true))
   if (new Set(meters).size !== meters.length) throw new RangeError('a meter is listed twice')
-  return { tenant, meters, amounts, key: checkKey(options.key), multi }
+  return {
+    // checked above, as each meter and amount
+    tenant: /** @type {string} */ (tenant),
+    meters: /** @type {string[]} */ (meters),
+    amounts: /** @type {Int[]} */ (amounts),
+    key: checkKey(options.key),
+    multi
+  }
 }
 
-/** A row of consume, consume_batch or check as a Decision. */
+/**
+ * A row of consume, consume_batch or check as a Decision.
+ * @param {import('./sql/rows').DecisionRow} row
+ * @returns {Decision}
+ */
 function decision (row) {
   return {
     granted: row.granted,
@@ -71,11 +115,17 @@ function decision (row) {
   }
 }
 
+/** @param {unknown[]} values */
 function allNull (values) {
   return values.every((v) => v === null)
 }
 
-/** Run a group of track calls; one { counted } per call. */
+/**
+ * Run a group of track calls; one { counted } per call.
+ * @param {import('pg').ClientBase} db
+ * @param {TrackCall[]} calls
+ * @returns {Promise<import('./interfaces').TrackResult[]>}
+ */
 async function runTrackGroup (db, calls) {
   const occurred = calls.map((c) => c.occurredAt)
   const keys = calls.map((c) => c.key)
@@ -85,12 +135,22 @@ async function runTrackGroup (db, calls) {
   return counted.map((c) => ({ counted: c }))
 }
 
-/** Run a group of consume calls; one Decision (or Decision[]) per call. */
+/**
+ * Run a group of consume calls; one Decision (or Decision[]) per call.
+ * @param {import('pg').ClientBase} db
+ * @param {ConsumeCall[]} calls
+ * @returns {Promise<Array<Decision | Decision[]>>}
+ */
 async function runConsumeGroup (db, calls) {
+  /** @type {string[]} */
   const tenants = []
+  /** @type {string[]} */
   const meters = []
+  /** @type {Int[]} */
   const amounts = []
+  /** @type {Array<string | null>} */
   const keys = []
+  /** @type {number[]} */
   const items = []
   calls.forEach((c, i) => {
     c.meters.forEach((m, j) => {
@@ -102,12 +162,16 @@ async function runConsumeGroup (db, calls) {
     })
   })
   const rows = await consumeBatch(db, tenants, meters, amounts, allNull(keys) ? null : keys, items)
-  const byItem = calls.map(() => [])
+  const byItem = calls.map(() => /** @type {Decision[]} */ ([]))
   for (const row of rows) byItem[row.item - 1].push(decision(row))
   return calls.map((c, i) => (c.multi ? byItem[i] : byItem[i][0]))
 }
 
-/** A reservation's ttl: seconds (a positive number) or a PostgreSQL interval text; null: the server's default. */
+/**
+ * A reservation's ttl: seconds (a positive number) or a PostgreSQL interval text; null: the server's default.
+ * @param {unknown} ttl
+ * @returns {string | null}
+ */
 function checkTtl (ttl) {
   if (ttl === undefined || ttl === null) return null
   if (typeof ttl === 'number') {
@@ -118,7 +182,14 @@ function checkTtl (ttl) {
   throw new TypeError('ttl must be a number of seconds or an interval text')
 }
 
-/** A reserve call, checked: { tenant, meter, amount, ttl, key }. */
+/**
+ * A reserve call, checked: { tenant, meter, amount, ttl, key }.
+ * @param {unknown} tenant
+ * @param {unknown} meter
+ * @param {unknown} amount
+ * @param {import('./interfaces').ReserveOptions} [options]
+ * @returns {ReserveCall}
+ */
 function reserveCall (tenant, meter, amount, options = {}) {
   return {
     tenant: checkName(tenant, 'tenant'),
@@ -129,12 +200,20 @@ function reserveCall (tenant, meter, amount, options = {}) {
   }
 }
 
-/** settle's arguments (actual omitted: release's), checked. */
+/**
+ * settle's arguments (actual omitted: release's), checked.
+ * @param {unknown} reservationId
+ * @param {unknown[]} actual  none, or settle's actual
+ */
 function checkReservation (reservationId, ...actual) {
   checkAmount(reservationId, 'reservationId', true)
   if (actual.length > 0) checkAmount(actual[0], 'actual', false)
 }
 
+/**
+ * @param {import('./sql/rows').ReservationRow} row
+ * @returns {import('./interfaces').Reservation}
+ */
 function reservation (row) {
   return {
     granted: row.granted,

@@ -22,10 +22,17 @@ class FlagMeterClosedError extends Error {
   constructor (message = 'flagmeter client is closed') {
     super(message)
     this.name = 'FlagMeterClosedError'
+    /** @type {'FLAGMETER_CLOSED'} */
     this.code = 'FLAGMETER_CLOSED'
+    /** @type {'not_applied'} */
     this.outcome = 'not_applied'
   }
 }
+
+/**
+ * What a fault error is made with.
+ * @typedef {{ cause?: unknown, attempts?: number, timedOut?: boolean }} FaultDetails
+ */
 
 /**
  * What the two fault errors share: the error that caused the last attempt
@@ -33,9 +40,15 @@ class FlagMeterClosedError extends Error {
  * many attempts were made, and whether the call's deadline ended it.
  */
 class FlagMeterFaultError extends Error {
+  /**
+   * @param {string} [message]
+   * @param {FaultDetails} [details]
+   */
   constructor (message, { cause, attempts = 1, timedOut = false } = {}) {
     super(message, { cause })
-    this.sqlstate = typeof cause?.code === 'string' && /^[0-9A-Z]{5}$/.test(cause.code) ? cause.code : undefined
+    const code = /** @type {{ code?: unknown } | null | undefined} */ (cause)?.code
+    /** @type {string | undefined} */
+    this.sqlstate = typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined
     this.attempts = attempts
     this.timedOut = timedOut
   }
@@ -43,22 +56,34 @@ class FlagMeterFaultError extends Error {
 
 /** Nothing of the call was recorded; the same call may be made again. */
 class FlagMeterNotAppliedError extends FlagMeterFaultError {
+  /**
+   * @param {string} [message]
+   * @param {FaultDetails} [details]
+   */
   constructor (message, details) {
     super(message, details)
     this.name = 'FlagMeterNotAppliedError'
+    /** @type {'FLAGMETER_NOT_APPLIED'} */
     this.code = 'FLAGMETER_NOT_APPLIED'
+    /** @type {'not_applied'} */
     this.outcome = 'not_applied'
   }
 }
 
 /** The call may or may not have been recorded: send it again with the same key to know. */
 class FlagMeterOutcomeUnknownError extends FlagMeterFaultError {
+  /**
+   * @param {string} [message]
+   * @param {FaultDetails} [details]
+   */
   constructor (message, details) {
     super(message, details)
     this.name = 'FlagMeterOutcomeUnknownError'
+    /** @type {'FLAGMETER_OUTCOME_UNKNOWN'} */
     this.code = 'FLAGMETER_OUTCOME_UNKNOWN'
+    /** @type {'unknown'} */
     this.outcome = 'unknown'
   }
 }
 
-module.exports = { FlagMeterClosedError, FlagMeterNotAppliedError, FlagMeterOutcomeUnknownError }
+module.exports = { FlagMeterClosedError, FlagMeterFaultError, FlagMeterNotAppliedError, FlagMeterOutcomeUnknownError }

@@ -25,7 +25,7 @@
 // cache's loads, src/features.js) run as tasks in the same queue (run()),
 // so that no event is applied while one reads.
 
-const { parseJson } = require('./numbers')
+const { parseJson, big } = require('./numbers')
 const { quotaEvent, isWhole, QUOTA_KINDS } = require('./quota_events')
 const { listen } = require('./sql/listen')
 const { changesSince } = require('./sql/changesSince')
@@ -35,19 +35,22 @@ const { limitsOf } = require('./sql/limits')
 const { readState, inSnapshot } = require('./sql/snapshot')
 const { planFeatures } = require('./sql/features')
 const { FlagMeterClosedError } = require('./errors')
+const { DEFAULTS } = require('./defaults')
 
-function big (v) {
-  return typeof v === 'bigint' ? v : BigInt(v)
-}
+/** @typedef {import('./interfaces').Int} Int */
+/** @typedef {import('pg').ClientBase} Db */
+/** A LISTEN session (processID: node-postgres sets it at login; its types lack it). */
+/** @typedef {import('pg').Client & { processID?: number }} ListenClient */
+/** @typedef {{ task: (db: Db) => Promise<unknown>, resolve: (value: unknown) => void, reject: (err: unknown) => void }} Task */
 
 class EventStream {
   /**
    * @param {object} opts
-   * @param {() => import('pg').Client} opts.connect   a new, unconnected client
+   * @param {() => ListenClient} opts.connect   a new, unconnected client
    * @param {import('./cache').QuotaCache} opts.cache
-   * @param {import('./features').FeatureCache} [opts.features]
+   * @param {import('./features').FeatureCache | null} [opts.features]
    * @param {(kind: string, event: object) => void} opts.emit
-   * @param {(err: Error) => void} opts.onError
+   * @param {(err: unknown) => void} opts.onError
    * @param {(connected: boolean) => void} [opts.onState]  caught up after a connect; lost after that
    * @param {{ initialDelayMs?: number, maxDelayMs?: number }} [opts.reconnect]
    */
@@ -58,16 +61,21 @@ class EventStream {
     this._emit = emit
     this._onError = onError
     this._onState = onState
-    this._initialDelay = reconnect.initialDelayMs ?? 100
-    this._maxDelay = reconnect.maxDelayMs ?? 5000
+    this._initialDelay = reconnect.initialDelayMs ?? DEFAULTS.reconnect.initialDelayMs
+    this._maxDelay = reconnect.maxDelayMs ?? DEFAULTS.reconnect.maxDelayMs
+    /** @type {ListenClient | null} */
     this._client = null
     this._closed = false
+    /** @type {Array<string | Task>} notification payloads, and tasks of run() */
     this._inbox = []
     this._working = false
     this._synced = false
+    /** @type {NodeJS.Timeout | null} */
     this._timer = null
+    /** @type {(() => void) | null} */
     this._wake = null
     this.reconnects = 0
+    /** @type {Promise<void>} */
     this._ready = new Promise((resolve, reject) => {
       this._readyResolve = resolve
       this._readyReject = reject
@@ -90,12 +98,15 @@ class EventStream {
    * Run fn(db) on the stream's connection, between two events: resolves
    * with its result; rejects when the stream is not synced or the
    * connection goes before it ran.
+   * @template T
+   * @param {(db: Db) => Promise<T>} fn
+   * @returns {Promise<T>}
    */
   run (fn) {
     if (!this.synced) return Promise.reject(new Error('flagmeter: the event stream is not connected'))
     return new Promise((resolve, reject) => {
-      this._inbox.push({ task: fn, resolve, reject })
-      this._kick(this._client)
+      this._inbox.push({ task: fn, resolve: /** @type {(value: unknown) => void} */ (resolve), reject })
+      this._kick(/** @type {ListenClient} synced: connected */ (this._client))
     })
   }
 
@@ -107,9 +118,12 @@ class EventStream {
     this._inbox = []
   }
 
-  /** The backend pid of the LISTEN session (null while disconnected). */
+  /**
+   * The backend pid of the LISTEN session (null while disconnected).
+   * @returns {number | null}
+   */
   get pid () {
-    return this._client && this._synced ? this._client.processID : null
+    return this._client && this._synced ? this._client.processID ?? null : null
   }
 
   async close () {
@@ -127,13 +141,14 @@ class EventStream {
     while (!this._closed) {
       const client = this._connect()
       this._client = client
+      /** @type {Promise<void>} */
       const lost = new Promise((resolve) => {
         client.on('error', (err) => { this._report(err); resolve() })
         client.on('end', resolve)
       })
       client.on('notification', (msg) => {
         if (msg.channel !== 'flagmeter' || this._client !== client) return
-        this._inbox.push(msg.payload)
+        this._inbox.push(/** @type {string} pg sets it, '' when empty */ (msg.payload))
         this._kick(client)
       })
       try {
@@ -161,36 +176,49 @@ class EventStream {
     }
   }
 
+  /** @param {number} ms */
   _sleep (ms) {
-    return new Promise((resolve) => {
+    return /** @type {Promise<void>} */ (new Promise((resolve) => {
       this._wake = resolve
       this._timer = setTimeout(resolve, ms)
-    }).finally(() => {
-      clearTimeout(this._timer)
+    })).finally(() => {
+      clearTimeout(this._timer ?? undefined)
       this._timer = null
       this._wake = null
     })
   }
 
+  /** @param {unknown} err */
   _report (err) {
     if (!this._closed) this._onError(err)
   }
 
-  /** Step 2 the first time; after a reconnect, the replay (step 4). */
+  /**
+   * V, the version of the last quota event applied, as a BigInt: the cache
+   * holds its snapshot by the time the stream reads events.
+   */
+  get _applied () {
+    return big(/** @type {Int} */ (this._cache.version))
+  }
+
+  /**
+   * Step 2 the first time; after a reconnect, the replay (step 4).
+   * @param {Db} client
+   */
   async _sync (client) {
     if (this._cache.version === null) {
       const state = await inSnapshot(client, readState)
       this._cache.load(state)
     } else {
       await inSnapshot(client, async (db) => {
-        const from = this._cache.version
+        const from = this._applied
         const oldest = await oldestVersion(db)
         await this._replay(db)
         // older than the retention: what maintain() deleted is gone, so the
         // state is read again (in the same snapshot as the replay)
-        if (oldest !== null && big(oldest) > big(from) + 1n) {
+        if (oldest !== null && big(oldest) > from + 1n) {
           const state = await readState(db)
-          if (big(state.version) >= big(this._cache.version)) this._cache.load(state)
+          if (big(state.version) >= this._applied) this._cache.load(state)
           // features are loaded per tenant on use: loaded again then
           if (this._features) this._features.clear()
         }
@@ -200,6 +228,7 @@ class EventStream {
     this._synced = true
   }
 
+  /** @param {ListenClient} client  the session the work is for: nothing is done once it is replaced */
   _kick (client) {
     if (this._working || !this._synced || this._client !== client) return
     this._working = true
@@ -210,10 +239,11 @@ class EventStream {
     })
   }
 
+  /** @param {Db} client */
   async _work (client) {
     try {
       while (this._inbox.length > 0 && this._client === client && !this._closed) {
-        const item = this._inbox.shift()
+        const item = /** @type {string | Task} not empty */ (this._inbox.shift())
         if (typeof item === 'string') {
           await this._handle(client, item)
           continue
@@ -231,6 +261,10 @@ class EventStream {
     }
   }
 
+  /**
+   * @param {Db} client
+   * @param {string} payload
+   */
   async _handle (client, payload) {
     let msg
     try {
@@ -251,7 +285,7 @@ class EventStream {
     for (const raw of events) {
       if (!QUOTA_KINDS.has(raw.kind) || raw.version === undefined) continue
       const v = big(raw.version)
-      const last = big(this._cache.version)
+      const last = this._applied
       if (v <= last) continue // applied already (in the snapshot or a replay)
       if (v === last + 1n && isWhole(raw)) {
         await this._apply(client, quotaEvent(raw, 'notification'))
@@ -261,16 +295,23 @@ class EventStream {
     }
   }
 
-  /** Apply changes_since(V), in order. */
+  /**
+   * Apply changes_since(V), in order.
+   * @param {Db} db
+   */
   async _replay (db) {
     const rows = await changesSince(db, this._cache.version)
     for (const row of rows) {
-      if (big(row.version) <= big(this._cache.version)) continue
+      if (big(row.version) <= this._applied) continue
       await this._apply(db, quotaEvent(row, 'outbox'))
     }
   }
 
-  /** Update the cache, then tell the app; V moves to the event's version. */
+  /**
+   * Update the cache, then tell the app; V moves to the event's version.
+   * @param {Db} db
+   * @param {import('./quota_events').ReceivedEvent} e
+   */
   async _apply (db, e) {
     const c = this._cache
     switch (e.kind) {

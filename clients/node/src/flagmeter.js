@@ -34,27 +34,67 @@ const { track } = require('./sql/track')
 const { consume } = require('./sql/consume')
 const { consumeMeters } = require('./sql/consumeMeters')
 const credits = require('./sql/credits')
+const { QUOTA_EVENT_KINDS } = require('./quota_events')
+const { DEFAULTS } = require('./defaults')
 
-const EVENT_KINDS = ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed', 'feature_changed',
-  'grant_low', 'grant_exhausted', 'grant_expired', 'invalidate']
+// The methods are typed by the published declarations (src/interfaces.d.ts);
+// src/index.js checks the classes against them (npm run typecheck).
+/** @typedef {import('./interfaces').FlagMeterOptions} FlagMeterOptions */
+/** @typedef {import('./interfaces').Int} Int */
+/** @typedef {import('./interfaces').Decision} Decision */
+/** @typedef {import('./interfaces').ConsumeOptions} ConsumeOptions */
+/** @typedef {import('./interfaces').Transaction} PublishedTransaction */
+/** @typedef {import('./interfaces').FlagMeter} PublishedFlagMeter */
+/** @typedef {import('./request_path').LentClient} LentClient */
+/**
+ * @template T
+ * @typedef {(tx: PublishedTransaction) => Promise<T>} TransactionFn
+ */
 
 /** Calls that run in one transaction the caller holds: unbatched. */
 class Transaction {
+  /** @param {import('pg').ClientBase} client */
   constructor (client) {
     this.client = client
   }
 
+  /** @type {PublishedTransaction['track']} */
   async track (tenant, meter, amount = 1, options = {}) {
     const c = calls.trackCall(tenant, meter, amount, options)
     return { counted: await track(this.client, c.tenant, c.meter, c.amount, c.occurredAt, c.key) }
   }
 
+  /**
+   * @overload
+   * @param {string} tenant
+   * @param {string} meter
+   * @param {Int} [amount]
+   * @param {ConsumeOptions} [options]
+   * @returns {Promise<Decision>}
+   */
+  /**
+   * @overload
+   * @param {string} tenant
+   * @param {string[]} meters
+   * @param {Int[]} amounts
+   * @param {ConsumeOptions} [options]
+   * @returns {Promise<Decision[]>}
+   */
+  /**
+   * One meter, or several all or nothing.
+   * @param {string} tenant
+   * @param {string | string[]} meter  several: all or nothing
+   * @param {Int | Int[]} [amount]
+   * @param {ConsumeOptions} [options]
+   * @returns {Promise<Decision | Decision[]>}
+   */
   async consume (tenant, meter, amount = 1, options = {}) {
     const c = calls.consumeCall(tenant, meter, amount, options)
     if (!c.multi) return calls.decision(await consume(this.client, c.tenant, c.meters[0], c.amounts[0], c.key))
     return (await consumeMeters(this.client, c.tenant, c.meters, c.amounts, c.key)).map(calls.decision)
   }
 
+  /** @type {PublishedTransaction['check']} */
   async check (tenant, meter, amount = 1) {
     calls.checkName(tenant, 'tenant')
     calls.checkName(meter, 'meter')
@@ -62,22 +102,26 @@ class Transaction {
     return calls.decision(await check(this.client, tenant, meter, amount))
   }
 
+  /** @type {PublishedTransaction['balance']} */
   async balance (tenant, meter) {
     calls.checkName(tenant, 'tenant')
     calls.checkName(meter, 'meter')
     return credits.balance(this.client, tenant, meter)
   }
 
+  /** @type {PublishedTransaction['reserve']} */
   async reserve (tenant, meter, amount, options = {}) {
     const c = calls.reserveCall(tenant, meter, amount, options)
-    return calls.reservation(await credits.reserve(this.client, c.tenant, c.meter, c.amount, c.ttl ?? '5 minutes', c.key))
+    return calls.reservation(await credits.reserve(this.client, c.tenant, c.meter, c.amount, c.ttl ?? DEFAULTS.reserveTtl, c.key))
   }
 
+  /** @type {PublishedTransaction['settle']} */
   async settle (reservationId, actual) {
     calls.checkReservation(reservationId, actual)
     return calls.decision(await credits.settle(this.client, reservationId, actual))
   }
 
+  /** @type {PublishedTransaction['release']} */
   async release (reservationId) {
     calls.checkReservation(reservationId)
     return credits.release(this.client, reservationId)
@@ -87,22 +131,36 @@ class Transaction {
 // Connections the client opens give up connecting after connectTimeoutMs
 // and keep TCP keepalives on, so that a server that went silent (a network
 // partition, a paused pooler) shows as an error rather than as a wait.
+/** @param {FlagMeterOptions} options */
 function connectionDefaults (options) {
   return { connectionTimeoutMillis: options.connectTimeoutMs, keepAlive: true }
 }
 
+/**
+ * @param {FlagMeterOptions} options
+ * @returns {import('pg').PoolConfig | null}  null: no connection options (a pool is given)
+ */
 function poolConfig (options) {
-  const base = { max: options.poolSize ?? 20, ...connectionDefaults(options) }
+  const base = { max: options.poolSize ?? DEFAULTS.poolSize, ...connectionDefaults(options) }
   if (options.connectionString) return { ...base, connectionString: options.connectionString }
   if (options.connection) return { ...base, ...options.connection }
   return null
 }
 
-/** pg Client options for one LISTEN connection, from a string or options. */
+/**
+ * pg Client options for one LISTEN connection, from a string or options.
+ * @param {string | import('pg').ClientConfig} listen
+ * @returns {import('pg').ClientConfig}
+ */
 function clientConfig (listen) {
   return typeof listen === 'string' ? { connectionString: listen } : listen
 }
 
+/**
+ * @param {number | undefined} value
+ * @param {string} name
+ * @param {number} fallback  when value is undefined
+ */
 function positive (value, name, fallback) {
   if (value === undefined) return fallback
   if (!Number.isFinite(value) || value <= 0) throw new RangeError(`${name} must be a positive number of milliseconds: ${value}`)
@@ -113,6 +171,8 @@ function positive (value, name, fallback) {
  * The LISTEN connections: one per shard (README "Scale-out": each shard has
  * its own outbox and versions, and a proxy does not forward notifications),
  * by default one to the database of the request path.
+ * @param {FlagMeterOptions} options
+ * @returns {import('pg').ClientConfig[]}
  */
 function listenConfigs (options) {
   if (options.listen === false) return []
@@ -130,40 +190,51 @@ function listenConfigs (options) {
 }
 
 class FlagMeter extends EventEmitter {
-  /** @param {import('./index').FlagMeterOptions} options */
+  /** Every kind of event with a payload of the event stream: the quota events, and invalidate. */
+  static EVENT_KINDS = Object.freeze([...QUOTA_EVENT_KINDS, 'invalidate'])
+
+  /** @param {FlagMeterOptions} options */
   constructor (options = {}) {
     super()
-    const timeoutMs = positive(options.timeoutMs, 'timeoutMs', 5000)
-    options = { ...options, connectTimeoutMs: positive(options.connectTimeoutMs, 'connectTimeoutMs', Math.min(timeoutMs, 5000)) }
-    const retry = { initialDelayMs: options.retry?.initialDelayMs ?? 25, maxDelayMs: options.retry?.maxDelayMs ?? 250 }
+    const timeoutMs = positive(options.timeoutMs, 'timeoutMs', DEFAULTS.timeoutMs)
+    options = { ...options, connectTimeoutMs: positive(options.connectTimeoutMs, 'connectTimeoutMs', Math.min(timeoutMs, DEFAULTS.connectTimeoutMs)) }
+    const retry = {
+      initialDelayMs: options.retry?.initialDelayMs ?? DEFAULTS.retry.initialDelayMs,
+      maxDelayMs: options.retry?.maxDelayMs ?? DEFAULTS.retry.maxDelayMs
+    }
     const own = poolConfig(options)
     if (options.pool && own) throw new TypeError('pass either pool or connection options, not both')
     if (!options.pool && !own) throw new TypeError('flagmeter needs a pg Pool (pool) or connection options (connectionString, connection)')
-    this.pool = options.pool ?? new pg.Pool(own)
+    this.pool = options.pool ?? new pg.Pool(/** @type {import('pg').PoolConfig} given: checked above */ (own))
     this._ownsPool = !options.pool
     this._path = new RequestPath(this.pool, { timeoutMs, retry })
     // An idle connection of the client's own pool that the server ended: the
     // pool drops it; heard here so that it cannot end the process.  (An
     // app's own pool is the app's to listen to: README "Faults and retries".)
     if (this._ownsPool) this.pool.on('error', (err) => this._reportError(err, 'pool'))
+    /** @type {Set<string>} kinds of error logged once already */
     this._logged = new Set()
+    /** @type {Promise<void> | null} */
     this._closing = null
     const batching = {
-      maxInFlight: options.maxInFlight ?? 2,
-      maxGroup: options.maxGroup ?? 500,
+      maxInFlight: options.maxInFlight ?? DEFAULTS.maxInFlight,
+      maxGroup: options.maxGroup ?? DEFAULTS.maxGroup,
       timeoutMs,
       retry,
       // a call with a key is recorded once however often it is sent
-      canRetryUnknown: (call) => call.key !== null
+      canRetryUnknown: (/** @type {{ key: string | null }} */ call) => call.key !== null
     }
-    this._tracks = new Batcher({ ...batching, run: (group, deadline) => this._path.attempt((db) => calls.runTrackGroup(db, group), deadline) })
-    this._consumes = new Batcher({ ...batching, run: (group, deadline) => this._path.attempt((db) => calls.runConsumeGroup(db, group), deadline) })
+    /** @type {Batcher<import('./calls').TrackCall, import('./interfaces').TrackResult>} */
+    this._tracks = new Batcher({ ...batching, run: (/** @type {import('./calls').TrackCall[]} */ group, deadline) => this._path.attempt((db) => calls.runTrackGroup(db, group), deadline) })
+    /** @type {Batcher<import('./calls').ConsumeCall, Decision | Decision[]>} */
+    this._consumes = new Batcher({ ...batching, run: (/** @type {import('./calls').ConsumeCall[]} */ group, deadline) => this._path.attempt((db) => calls.runConsumeGroup(db, group), deadline) })
     // One stream and one cache per shard: a shard's versions order only its
     // own events, and its tenants are on no other shard.
     const listens = listenConfigs(options)
     this._caches = listens.length > 0 ? listens.map(() => new QuotaCache()) : [new QuotaCache()]
     this.cache = this._caches[0]
-    this.features = new FeatureCache({ maxTenants: options.featureCacheSize ?? 10000 })
+    this.features = new FeatureCache({ maxTenants: options.featureCacheSize ?? DEFAULTS.featureCacheSize })
+    /** @type {Map<string, Promise<void>>} */
     this._featureLoads = new Map() // tenant -> the load in flight
     const streamConnection = connectionDefaults(options)
     this._streams = listens.map((listen, shard) => new EventStream({
@@ -175,7 +246,7 @@ class FlagMeter extends EventEmitter {
       features: listens.length === 1 ? this.features : null,
       emit: (kind, event) => this.emit(kind, Object.assign(event, { shard })),
       onError: (err) => {
-        if (listens.length > 1) err.shard = shard
+        if (listens.length > 1) /** @type {{ shard?: number }} */ (err).shard = shard
         this._reportError(err, 'listen')
       },
       onState: (connected) => this.emit(connected ? 'connected' : 'disconnected', { shard }),
@@ -187,24 +258,34 @@ class FlagMeter extends EventEmitter {
    * An error no call is waiting for (an idle pool connection, a LISTEN
    * session, which reconnects by itself): to fm.on('error') with
    * err.source, or, when nothing listens, logged once per source and code.
+   * @param {unknown} err
+   * @param {'pool' | 'listen'} source
    */
   _reportError (err, source) {
-    if (err && typeof err === 'object') err.source = source
+    const e = /** @type {import('./outcome').Failure & { source?: string } | null | undefined} */ (err)
+    if (err && typeof err === 'object') /** @type {{ source?: string }} */ (err).source = source
     if (this.listenerCount('error') > 0) {
       this.emit('error', err)
       return
     }
-    const kind = `${source} ${err?.code ?? err?.message}`
+    const kind = `${source} ${e?.code ?? e?.message}`
     if (this._logged.has(kind)) return
     this._logged.add(kind)
-    console.warn(`flagmeter: ${source}: ${err?.message ?? err} (logged once per kind; fm.on('error') hears every one)`)
+    console.warn(`flagmeter: ${source}: ${e?.message ?? err} (logged once per kind; fm.on('error') hears every one)`)
   }
 
   _open () {
     if (this._closing) throw new FlagMeterClosedError()
   }
 
-  /** An unbatched call on the request path (src/request_path.js). */
+  /**
+   * An unbatched call on the request path (src/request_path.js).
+   * @template T
+   * @param {(db: LentClient) => Promise<T>} fn
+   * @param {boolean} retryUnknown
+   * @param {number} [timeoutMs]
+   * @returns {Promise<T>}
+   */
   _call (fn, retryUnknown, timeoutMs) {
     try {
       this._open()
@@ -214,13 +295,19 @@ class FlagMeter extends EventEmitter {
     return this._path.call(fn, retryUnknown, timeoutMs)
   }
 
-  /** Resolves once the cache holds its first snapshot (rejects if closed first). */
+  /** @type {PublishedFlagMeter['ready']} Resolves once the cache holds its first snapshot (rejects if closed first). */
   ready () {
     if (this._streams.length === 0) return Promise.reject(new TypeError('flagmeter was created with listen: false'))
     return Promise.all(this._streams.map((s) => s.ready())).then(() => {})
   }
 
-  /** Queue the call made by makeCall (which checks its arguments) on a batcher. */
+  /**
+   * Queue the call made by makeCall (which checks its arguments) on a batcher.
+   * @template Item, Result
+   * @param {Batcher<Item, Result>} batcher
+   * @param {() => Item} makeCall
+   * @returns {Promise<Result>}
+   */
   _push (batcher, makeCall) {
     try {
       this._open()
@@ -230,17 +317,40 @@ class FlagMeter extends EventEmitter {
     }
   }
 
-  /** Records usage; resolves after the event is durably committed. */
+  /** @type {PublishedFlagMeter['track']} Records usage; resolves after the event is durably committed. */
   track (tenant, meter, amount = 1, options = {}) {
     return this._push(this._tracks, () => calls.trackCall(tenant, meter, amount, options))
   }
 
-  /** Checks the limit and records, atomically; grouped like track. */
+  /**
+   * @overload
+   * @param {string} tenant
+   * @param {string} meter
+   * @param {Int} [amount]
+   * @param {ConsumeOptions} [options]
+   * @returns {Promise<Decision>}
+   */
+  /**
+   * @overload
+   * @param {string} tenant
+   * @param {string[]} meters
+   * @param {Int[]} amounts
+   * @param {ConsumeOptions} [options]
+   * @returns {Promise<Decision[]>}
+   */
+  /**
+   * Checks the limit and records, atomically; grouped like track.
+   * @param {string} tenant
+   * @param {string | string[]} meter  several: all or nothing
+   * @param {Int | Int[]} [amount]
+   * @param {ConsumeOptions} [options]
+   * @returns {Promise<Decision | Decision[]>}
+   */
   consume (tenant, meter, amount = 1, options = {}) {
     return this._push(this._consumes, () => calls.consumeCall(tenant, meter, amount, options))
   }
 
-  /** The exact decision for amount more, recording nothing (a database read). */
+  /** @type {PublishedFlagMeter['check']} The exact decision for amount more, recording nothing (a database read). */
   async check (tenant, meter, amount = 1) {
     calls.checkName(tenant, 'tenant')
     calls.checkName(meter, 'meter')
@@ -248,7 +358,7 @@ class FlagMeter extends EventEmitter {
     return this._call((db) => new Transaction(db).check(tenant, meter, amount), true)
   }
 
-  /** Quota left plus what the tenant's active credit grants hold (a database read; null: unlimited). */
+  /** @type {PublishedFlagMeter['balance']} Quota left plus what the tenant's active credit grants hold (a database read; null: unlimited). */
   async balance (tenant, meter) {
     calls.checkName(tenant, 'tenant')
     calls.checkName(meter, 'meter')
@@ -259,9 +369,10 @@ class FlagMeter extends EventEmitter {
    * Resolves once the database answered a trivial query on the request
    * path (readiness probes); rejects with FlagMeterNotAppliedError when it
    * did not within timeoutMs (default: the client's timeoutMs).
+   * @type {PublishedFlagMeter['ping']}
    */
   async ping ({ timeoutMs = this._path.timeoutMs } = {}) {
-    await this._call((db) => db.query('SELECT 1'), true, positive(timeoutMs, 'timeoutMs'))
+    await this._call((db) => db.query('SELECT 1'), true, positive(timeoutMs, 'timeoutMs', this._path.timeoutMs))
   }
 
   /** Whether every LISTEN session is connected and caught up (false without one). */
@@ -271,32 +382,33 @@ class FlagMeter extends EventEmitter {
 
   /**
    * Hold amount against the quota and grants until settle, release or the
-   * ttl (seconds or an interval text; default 5 minutes); committed when it
+   * ttl (seconds or an interval text; default DEFAULTS.reserveTtl); committed when it
    * resolves.  Unbatched: one transaction per call.
+   * @type {PublishedFlagMeter['reserve']}
    */
   async reserve (tenant, meter, amount, options = {}) {
     const { key } = calls.reserveCall(tenant, meter, amount, options)
     return this._call((db) => new Transaction(db).reserve(tenant, meter, amount, options), key !== null)
   }
 
-  /** Record actual for a reservation and free the rest of its hold; the decision of the recorded usage. */
+  /** @type {PublishedFlagMeter['settle']} Record actual for a reservation and free the rest of its hold; the decision of the recorded usage. */
   async settle (reservationId, actual) {
     calls.checkReservation(reservationId, actual)
     return this._call((db) => new Transaction(db).settle(reservationId, actual), false)
   }
 
-  /** Free a reservation's hold without recording usage; false when it had ended already. */
+  /** @type {PublishedFlagMeter['release']} Free a reservation's hold without recording usage; false when it had ended already. */
   async release (reservationId) {
     calls.checkReservation(reservationId)
     return this._call((db) => new Transaction(db).release(reservationId), false)
   }
 
-  /** Whether the tenant is blocked at a hard limit of the meter, from the cache. */
+  /** @type {PublishedFlagMeter['isBlocked']} Whether the tenant is blocked at a hard limit of the meter, from the cache. */
   isBlocked (tenant, meter) {
     return this._caches.some((c) => c.isBlocked(tenant, meter))
   }
 
-  /** The limit in force for the tenant and meter, from the cache (undefined: none). */
+  /** @type {PublishedFlagMeter['limit']} The limit in force for the tenant and meter, from the cache (undefined: none). */
   limit (tenant, meter) {
     for (const c of this._caches) {
       const l = c.limit(tenant, meter)
@@ -312,6 +424,9 @@ class FlagMeter extends EventEmitter {
    * while the event stream is not connected, or without one (listen:
    * false), and once for a feature the cache does not know.  An unknown
    * feature rejects as the SQL calls do (42704).
+   * @param {string} tenant
+   * @param {string} feature
+   * @returns {Promise<{ enabled: boolean, config: import('./interfaces').FeatureConfig }>}
    */
   async _feature (tenant, feature) {
     calls.checkName(tenant, 'tenant')
@@ -342,12 +457,16 @@ class FlagMeter extends EventEmitter {
     return this._streams.length === 1 ? this._streams[0] : null
   }
 
-  /** One load per tenant at a time, between two events of the stream. */
+  /**
+   * One load per tenant at a time, between two events of the stream.
+   * @param {string} tenant
+   */
   _loadFeatures (tenant) {
     let load = this._featureLoads.get(tenant)
     if (load === undefined) {
       const f = this.features
-      load = this._featureStream().run(async (db) => {
+      const stream = /** @type {EventStream} _feature() calls it with one */ (this._featureStream())
+      load = stream.run(async (db) => {
         if (!f.hasTenant(tenant)) f.loadTenant(tenant, await tenantFeatures(db, tenant, (plan) => f.hasPlan(plan)))
       }).finally(() => this._featureLoads.delete(tenant))
       this._featureLoads.set(tenant, load)
@@ -355,12 +474,12 @@ class FlagMeter extends EventEmitter {
     return load
   }
 
-  /** Whether the tenant may use the feature (flagmeter.has_feature), from the feature cache. */
+  /** @type {PublishedFlagMeter['hasFeature']} Whether the tenant may use the feature (flagmeter.has_feature), from the feature cache. */
   async hasFeature (tenant, feature) {
     return (await this._feature(tenant, feature)).enabled
   }
 
-  /** The feature's configuration value for the tenant (flagmeter.feature_config), from the feature cache. */
+  /** @type {PublishedFlagMeter['featureConfig']} The feature's configuration value for the tenant (flagmeter.feature_config), from the feature cache. */
   async featureConfig (tenant, feature) {
     return (await this._feature(tenant, feature)).config
   }
@@ -389,14 +508,19 @@ class FlagMeter extends EventEmitter {
    * Run fn(tx) in one transaction on a pool connection: tx.track, tx.consume
    * and tx.check are unbatched and roll back with it.  With a client first,
    * run on that client, inside the transaction the caller manages.
+   * @template T
+   * @param {import('pg').ClientBase | TransactionFn<T>} clientOrFn
+   * @param {TransactionFn<T>} [maybeFn]  with a client first
+   * @returns {Promise<T>}
    */
   async transaction (clientOrFn, maybeFn) {
     this._open()
-    if (typeof clientOrFn !== 'function') return maybeFn(new Transaction(clientOrFn))
+    if (typeof clientOrFn !== 'function') return /** @type {TransactionFn<T>} */ (maybeFn)(new Transaction(clientOrFn))
     let committing = false
     // Until COMMIT is sent nothing can be committed: a fault is not
     // applied, and the function's own errors pass as they are.  Not made
     // again: the function is the app's, and may have done more than SQL.
+    /** @type {import('./request_path').Classify} */
     const classify = (err, sent, connectionFailed) => {
       if (committing) return outcomeOf(err, sent)
       if (err instanceof pg.DatabaseError || connectionFailed) return outcomeOf(err, true) === 'refused' ? 'refused' : 'not_applied'
@@ -443,7 +567,5 @@ class FlagMeter extends EventEmitter {
     return this._closing
   }
 }
-
-FlagMeter.EVENT_KINDS = EVENT_KINDS
 
 module.exports = { FlagMeter, Transaction }

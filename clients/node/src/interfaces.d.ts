@@ -1,6 +1,6 @@
 // Every public type of the flagmeter client, in one place.
 import type { EventEmitter } from 'node:events'
-import type { Pool, ClientBase, PoolConfig, ClientConfig } from 'pg'
+import type { Pool, ClientBase, PoolConfig, ClientConfig, CustomTypesConfig } from 'pg'
 
 /**
  * A bigint of PostgreSQL (an amount, a usage figure, a quota, a version):
@@ -9,6 +9,39 @@ import type { Pool, ClientBase, PoolConfig, ClientConfig } from 'pg'
  */
 export type Int = number | bigint
 
+/**
+ * The number rule for one bigint as text: a number while it is a safe
+ * integer, a BigInt beyond; null for null.
+ */
+export declare function toInt (text: string | null | undefined): Int | null
+/**
+ * An amount as the client takes it: a non-negative (positive: > 0) safe
+ * integer number or a BigInt within PostgreSQL's bigint, returned as given;
+ * else a TypeError or RangeError whose message names `what`.
+ */
+export declare function checkAmount (value: unknown, what: string, positive?: boolean): Int
+/** JSON.parse with the number rule: integers beyond 2^53 - 1 become BigInt instead of losing digits. */
+export declare function parseJson (text: string): unknown
+/**
+ * node-postgres `types` for a query config (`{ text, values, types: intTypes }`):
+ * int8 and int8[] read by the number rule, every other type as pg reads it.
+ */
+export declare const intTypes: CustomTypesConfig
+
+/** The defaults of the options (FlagMeterOptions, and reserve's ttl), frozen. */
+export declare const DEFAULTS: {
+  readonly poolSize: 20
+  readonly maxInFlight: 2
+  readonly maxGroup: 500
+  readonly timeoutMs: 5000
+  /** at most: a shorter timeoutMs is the default then */
+  readonly connectTimeoutMs: 5000
+  readonly retry: { readonly initialDelayMs: 25; readonly maxDelayMs: 250 }
+  readonly reconnect: { readonly initialDelayMs: 100; readonly maxDelayMs: 5000 }
+  readonly featureCacheSize: 10000
+  readonly reserveTtl: '5 minutes'
+}
+
 export interface FlagMeterOptions {
   /** The request path: the app's own pg Pool (close() does not end it). */
   pool?: Pool
@@ -16,7 +49,7 @@ export interface FlagMeterOptions {
   connectionString?: string
   /** Or pg Pool options for a Pool the client creates (and ends on close()). */
   connection?: PoolConfig
-  /** Size of the Pool the client creates. Default 20. */
+  /** Size of the Pool the client creates. Default DEFAULTS.poolSize. */
   poolSize?: number
   /**
    * The LISTEN session: a connection string or pg Client options, directly to
@@ -31,22 +64,22 @@ export interface FlagMeterOptions {
      * carry `shard`, the index in this list.
      */
     | Array<string | ClientConfig>
-  /** Groups of calls running at once, per kind (track, consume), each on one pool connection. Default 2. */
+  /** Groups of calls running at once, per kind (track, consume), each on one pool connection. Default DEFAULTS.maxInFlight. */
   maxInFlight?: number
-  /** Most calls in one group (one server call, one transaction). Default 500. */
+  /** Most calls in one group (one server call, one transaction). Default DEFAULTS.maxGroup. */
   maxGroup?: number
-  /** Backoff of LISTEN reconnects: doubles from initialDelayMs up to maxDelayMs, with jitter. */
+  /** Backoff of LISTEN reconnects: doubles from initialDelayMs up to maxDelayMs, with jitter. Default DEFAULTS.reconnect. */
   reconnect?: { initialDelayMs?: number; maxDelayMs?: number }
-  /** Most tenants the feature cache holds; the oldest loaded go first. Default 10000. */
+  /** Most tenants the feature cache holds; the oldest loaded go first. Default DEFAULTS.featureCacheSize. */
   featureCacheSize?: number
   /**
    * Each call's deadline, retries included: by then it has resolved or
-   * rejected (README "Faults and retries"). Default 5000.
+   * rejected (README "Faults and retries"). Default DEFAULTS.timeoutMs.
    */
   timeoutMs?: number
-  /** Connecting (the pool the client creates, the LISTEN sessions) gives up after this. Default min(timeoutMs, 5000). */
+  /** Connecting (the pool the client creates, the LISTEN sessions) gives up after this. Default min(timeoutMs, DEFAULTS.connectTimeoutMs). */
   connectTimeoutMs?: number
-  /** Waits between the attempts of a call: doubles from initialDelayMs up to maxDelayMs, with jitter. Default 25 and 250. */
+  /** Waits between the attempts of a call: doubles from initialDelayMs up to maxDelayMs, with jitter. Default DEFAULTS.retry. */
   retry?: { initialDelayMs?: number; maxDelayMs?: number }
 }
 
@@ -90,7 +123,7 @@ export interface Decision {
 }
 
 export interface ReserveOptions {
-  /** How long the hold lasts: seconds, or a PostgreSQL interval text. Default '5 minutes'. */
+  /** How long the hold lasts: seconds, or a PostgreSQL interval text. Default DEFAULTS.reserveTtl. */
   ttl?: number | string
   /** Idempotency key: a retry returns the reservation it made. */
   key?: string
@@ -128,6 +161,15 @@ export interface Limit {
   anchor: Date
   timezone: string
 }
+
+/**
+ * Every kind of quota event, frozen: the client's one list (src/quota_events.js),
+ * which the app and the type test use; QuotaEventKind is its union.
+ */
+export declare const QUOTA_EVENT_KINDS: readonly ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed',
+  'feature_changed', 'grant_low', 'grant_exhausted', 'grant_expired']
+/** The kind of a quota event (QuotaEvent['kind']): one of QUOTA_EVENT_KINDS. */
+export type QuotaEventKind = typeof QUOTA_EVENT_KINDS[number]
 
 interface QuotaEventBase {
   /** The outbox version: events arrive once each, in increasing version (commit) order. */
@@ -181,7 +223,8 @@ export interface LimitChangedEvent extends QuotaEventBase {
 export interface PlanChangedEvent extends QuotaEventBase {
   kind: 'plan_changed'
   tenant: string
-  plan: string
+  /** absent when the tenant has no plan any more (unassign_tenant, drop_plan with force) */
+  plan?: string
 }
 
 /**
@@ -270,6 +313,8 @@ export interface FlagMeterStats {
 
 /** Unbatched calls inside one transaction; they roll back with it. */
 export declare class Transaction {
+  /** Made by fm.transaction(), on the transaction's connection. */
+  constructor (client: ClientBase)
   readonly client: ClientBase
   track (tenant: string, meter: string, amount?: Int, options?: TrackOptions): Promise<TrackResult>
   consume (tenant: string, meter: string, amount?: Int, options?: ConsumeOptions): Promise<Decision>
@@ -352,8 +397,8 @@ export declare class FlagMeterClosedError extends Error {
 
 /** What the client's fault errors carry besides their code. */
 export declare class FlagMeterFaultError extends Error {
-  /** The error of the last attempt. */
-  readonly cause: unknown
+  /** The error of the last attempt (Error's own `cause`: always set, optional in Error's type). */
+  readonly cause?: unknown
   /** Its SQLSTATE, when the server sent one (57P01, 53300, 57014, ...). */
   readonly sqlstate: string | undefined
   /** Attempts made. */

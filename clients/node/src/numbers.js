@@ -8,10 +8,17 @@
 
 const pg = require('pg')
 
+// oids (pg's TypeId lists no array types: plain numbers)
+/** @type {number} */
 const INT8 = 20
+/** @type {number} */
 const INT8_ARRAY = 1016
 
-/** A decimal integer text as a number when safe, else a BigInt. */
+/**
+ * A decimal integer text as a number when safe, else a BigInt.
+ * @param {string | null | undefined} text
+ * @returns {import('./interfaces').Int | null}
+ */
 function toInt (text) {
   if (text === null || text === undefined) return null
   const n = Number(text)
@@ -19,14 +26,26 @@ function toInt (text) {
   return BigInt(text)
 }
 
+/**
+ * @param {string} text  an int8[] literal
+ * @returns {Array<import('./interfaces').Int | null>}
+ */
 function parseInt8Array (text) {
+  /** @type {Array<string | number | null>} */
   const strings = pg.types.getTypeParser(INT8_ARRAY, 'text')(text)
   // the default parser for int8[] yields strings (or numbers in some versions)
   return strings.map((s) => (s === null ? null : toInt(String(s))))
 }
 
-/** The `types` of every query the client runs. */
+/**
+ * The `types` of every query the client runs.
+ * @type {import('pg').CustomTypesConfig}
+ */
 const types = {
+  /**
+   * @param {number} oid
+   * @param {'text' | 'binary'} [format]
+   */
   getTypeParser (oid, format) {
     if (format !== 'binary') {
       if (oid === INT8) return toInt
@@ -37,9 +56,23 @@ const types = {
 }
 
 /**
+ * A bigint of the client (a number or a BigInt) as a BigInt, to compare
+ * versions whatever their size.
+ * @param {import('./interfaces').Int} v
+ * @returns {bigint}
+ */
+function big (v) {
+  return typeof v === 'bigint' ? v : BigInt(v)
+}
+
+/**
  * A value given as an amount: a non-negative safe integer number or a
  * BigInt; anything else is a TypeError or RangeError thrown before it can
  * join (and fail) a group of other callers' calls.
+ * @param {unknown} value
+ * @param {string} what  its name in the error
+ * @param {boolean} [positive]  0 refused too
+ * @returns {import('./interfaces').Int}
  */
 function checkAmount (value, what, positive) {
   if (typeof value === 'bigint') {
@@ -59,6 +92,8 @@ function checkAmount (value, what, positive) {
  * beyond the safe range become BigInt instead of losing digits.  Numbers
  * inside strings (a tenant id like "a:12345678901234567") are left alone:
  * the scan skips string literals.
+ * @param {string} text
+ * @returns {any}
  */
 function parseJson (text) {
   let out = ''
@@ -88,4 +123,4 @@ function parseJson (text) {
     typeof value === 'string' && value.charCodeAt(0) === 0 ? BigInt(value.slice(1)) : value)
 }
 
-module.exports = { types, toInt, checkAmount, parseJson }
+module.exports = { types, toInt, big, checkAmount, parseJson }

@@ -25,11 +25,25 @@ const TRANSIENT = /^(08|53|57P0[1-5]|57014|40001|40P01|55P03|25006|25P03)/
 // database or role): trying again only delays the error.
 const CONFIGURATION = /^(28|3D)/
 
+/** @typedef {import('./interfaces').CallOutcome} CallOutcome */
+/**
+ * A thrown value as the client reads it (anything can be thrown): pg's
+ * errors carry code and severity, the client's outcome and cause.
+ * @typedef {{ code?: string, severity?: string, outcome?: CallOutcome, message?: string, cause?: unknown }} Failure
+ */
+
+/**
+ * @param {unknown} err
+ * @returns {err is import('pg').DatabaseError}
+ */
 function isServerError (err) {
   return err instanceof pg.DatabaseError
 }
 
-/** Whether the connection can still be used after err (an ERROR leaves it usable). */
+/**
+ * Whether the connection can still be used after err (an ERROR leaves it usable).
+ * @param {unknown} err
+ */
 function leavesConnection (err) {
   return isServerError(err) && err.severity === 'ERROR'
 }
@@ -37,9 +51,13 @@ function leavesConnection (err) {
 /**
  * 'refused' | 'not_applied' | 'unknown' for a failed attempt; sent: whether
  * the statement had been handed to the connection.
+ * @param {unknown} err
+ * @param {boolean} sent
+ * @returns {CallOutcome}
  */
 function outcomeOf (err, sent) {
-  if (err && typeof err.outcome === 'string') return err.outcome
+  const marked = /** @type {Failure | null | undefined} */ (err)?.outcome
+  if (typeof marked === 'string') return marked
   const code = isServerError(err) ? err.code ?? '' : ''
   if (!sent) return CONFIGURATION.test(code) ? 'refused' : 'not_applied'
   if (leavesConnection(err)) return TRANSIENT.test(code) ? 'not_applied' : 'refused'
@@ -49,17 +67,22 @@ function outcomeOf (err, sent) {
 /**
  * The error a caller gets for a failed call: a refused call's own error
  * (marked), or one of the client's fault errors with the last cause.
+ * @param {unknown} err
+ * @param {CallOutcome} outcome
+ * @param {{ attempts?: number, timedOut?: boolean, timeoutMs?: number }} [details]  timeoutMs: for the message
+ * @returns {unknown}
  */
 function callError (err, outcome, { attempts = 1, timedOut = false, timeoutMs } = {}) {
   if (outcome === 'refused') {
-    if (err && typeof err === 'object' && err.outcome === undefined) err.outcome = 'refused'
+    const failure = /** @type {Failure} */ (err)
+    if (err && typeof err === 'object' && failure.outcome === undefined) failure.outcome = 'refused'
     return err
   }
   if (err instanceof FlagMeterNotAppliedError || err instanceof FlagMeterOutcomeUnknownError) {
     if (err.outcome === outcome && (!timedOut || err.timedOut)) return err
     err = err.cause ?? err
   }
-  const why = err?.message ?? String(err)
+  const why = /** @type {Failure | null | undefined} */ (err)?.message ?? String(err)
   const within = timedOut ? ` within its deadline (${timeoutMs} ms, ${attempts} attempt${attempts === 1 ? '' : 's'})` : ''
   const details = { cause: err, attempts, timedOut }
   if (outcome === 'unknown') {

@@ -21,11 +21,28 @@
 
 const { outcomeOf, callError, leavesConnection } = require('./outcome')
 
+/** @typedef {import('./outcome').CallOutcome} CallOutcome */
+/** @typedef {import('./outcome').Failure} Failure */
+/**
+ * A connection the pool lent, with the fields of node-postgres's Client that
+ * say it is ending or ended (not in its types).
+ * @typedef {import('pg').PoolClient & { _ending?: boolean, _queryable?: boolean }} LentClient
+ */
+/**
+ * What became of an attempt that threw err: an outcome, or null to let err
+ * pass untouched; sent: whether it reached the connection.
+ * @typedef {(err: unknown, sent: boolean, connectionFailed: boolean) => CallOutcome | null} Classify
+ */
+
+/** @param {number} ms */
 function sleep (ms) {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
 
-/** Break a connection now: its query in flight fails at once, whatever the server does. */
+/**
+ * Break a connection now: its query in flight fails at once, whatever the server does.
+ * @param {import('pg').PoolClient} client
+ */
 function destroy (client) {
   const stream = client.connection && client.connection.stream
   if (stream && typeof stream.destroy === 'function') stream.destroy()
@@ -54,7 +71,11 @@ class RequestPath {
     this.closed = false // the pool is ending: no more attempts
   }
 
-  /** A pool connection by the deadline; a late one goes back to the pool. */
+  /**
+   * A pool connection by the deadline; a late one goes back to the pool.
+   * @param {number} deadline  Date.now() time
+   * @returns {Promise<LentClient>}
+   */
   _checkout (deadline) {
     return new Promise((resolve, reject) => {
       let done = false
@@ -81,6 +102,11 @@ class RequestPath {
    * resolves with its result or rejects with an error whose outcome is set
    * by classify(err, sent, connectionFailed) (null: the error passes
    * untouched, for the app's own errors in a transaction).
+   * @template T
+   * @param {(client: LentClient) => Promise<T>} fn
+   * @param {number} deadline  Date.now() time
+   * @param {Classify} [classify]
+   * @returns {Promise<T>}
    */
   async attempt (fn, deadline, classify = outcomeOf) {
     let client
@@ -89,10 +115,11 @@ class RequestPath {
     } catch (err) {
       throw callError(err, outcomeOf(err, false))
     }
+    /** @type {unknown} the error that broke the connection, once one did */
     let broken = null
     let sent = false
     let timedOut = false
-    const onError = (err) => { broken = broken ?? err }
+    const onError = (/** @type {Error} */ err) => { broken = broken ?? err }
     client.on('error', onError)
     const timer = setTimeout(() => {
       timedOut = true
@@ -114,13 +141,20 @@ class RequestPath {
       throw callError(cause, outcome, { timedOut, timeoutMs: this.timeoutMs })
     } finally {
       clearTimeout(timer)
-      client.release(broken ?? undefined)
+      client.release(/** @type {Error | undefined} */ (broken ?? undefined))
       // a broken connection may still report its end: keep hearing it
       if (!broken) client.removeListener('error', onError)
     }
   }
 
-  /** fn(client) as one call, sent again as the outcome allows until its deadline. */
+  /**
+   * fn(client) as one call, sent again as the outcome allows until its deadline.
+   * @template T
+   * @param {(client: LentClient) => Promise<T>} fn
+   * @param {boolean} retryUnknown  whether an attempt of unknown outcome may be sent again
+   * @param {number} [timeoutMs]
+   * @returns {Promise<T>}
+   */
   async call (fn, retryUnknown, timeoutMs = this.timeoutMs) {
     const deadline = Date.now() + timeoutMs
     const minAttempt = Math.min(this.minAttemptMs, timeoutMs / 4)
@@ -129,12 +163,14 @@ class RequestPath {
     for (let attempts = 1; ; attempts++) {
       try {
         return await this.attempt(fn, deadline)
-      } catch (err) {
+      } catch (thrown) {
+        // what attempt() throws says its outcome (src/outcome.js)
+        const err = /** @type {Failure} */ (thrown)
         unknown = unknown || err.outcome === 'unknown'
         const again = err.outcome === 'not_applied' || (err.outcome === 'unknown' && retryUnknown)
         if (!again || this.closed) throw err
         const wait = Math.min(delay * (0.5 + Math.random() / 2), deadline - minAttempt - Date.now())
-        if (wait < 0) throw callError(err, unknown ? 'unknown' : err.outcome, { attempts, timedOut: true, timeoutMs })
+        if (wait < 0) throw callError(err, unknown ? 'unknown' : /** @type {CallOutcome} */ (err.outcome), { attempts, timedOut: true, timeoutMs })
         await sleep(wait)
         delay = Math.min(delay * 2, this.retry.maxDelayMs)
       }

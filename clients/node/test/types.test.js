@@ -1,7 +1,8 @@
 'use strict'
 // The shipped declarations describe the API: a TypeScript file using it
 // compiles with tsc --strict, and the misuses it marks @ts-expect-error are
-// rejected (an unused @ts-expect-error is an error too).
+// rejected (an unused @ts-expect-error is an error too).  And the code is
+// what they describe: tsconfig.json checks src/*.js against them.
 const { test } = require('node:test')
 const assert = require('node:assert/strict')
 const fs = require('node:fs')
@@ -23,4 +24,11 @@ test('the type declarations compile as an app uses them (CommonJS and ESM)', () 
   } finally {
     fs.rmSync(esm, { force: true })
   }
+})
+
+test('the implementation matches the declarations (npm run typecheck: checkJs, strict)', () => {
+  const tsc = require.resolve('typescript/bin/tsc')
+  const root = path.join(__dirname, '..')
+  const r = spawnSync(process.execPath, [tsc, '-p', path.join(root, 'tsconfig.json')], { cwd: root, encoding: 'utf8' })
+  assert.equal(r.status, 0, r.stdout + r.stderr)
 })

@@ -17,6 +17,13 @@ const text = blockedText +
   " FROM (SELECT $1::text AS tenant, $2::text AS meter, $3::timestamptz + interval '1 millisecond' AS period_start) b"
 
 
+/**
+ * @param {import('pg').ClientBase} db
+ * @param {string} tenant
+ * @param {string} meter
+ * @param {Date} periodStart
+ * @returns {Promise<Date | number | null>}
+ */
 async function blockedUntil (db, tenant, meter, periodStart) {
   const { rows } = await db.query({ text, values: [tenant, meter, periodStart], types })
   return rows[0].period_end

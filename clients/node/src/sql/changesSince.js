@@ -7,6 +7,11 @@ const { types } = require('../numbers')
 const text = 'SELECT version, kind, tenant, meter, plan, period_start, threshold, used, quota,' +
   ' feature, enabled, config::text AS config FROM flagmeter.changes_since($1::bigint)'
 
+/**
+ * @param {import('pg').ClientBase} db
+ * @param {import('../interfaces').Int | null} version
+ * @returns {Promise<import('./rows').OutboxRow[]>}
+ */
 async function changesSince (db, version) {
   const { rows } = await db.query({ text, values: [String(version)], types })
   return rows

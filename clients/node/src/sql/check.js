@@ -5,6 +5,13 @@ const { types } = require('../numbers')
 const text = 'SELECT granted, used, quota, remaining, resets_at, overage, meter, reason, from_grants, balance' +
   ' FROM flagmeter.check($1, $2, $3::bigint)'
 
+/**
+ * @param {import('pg').ClientBase} db
+ * @param {string} tenant
+ * @param {string} meter
+ * @param {import('../interfaces').Int} amount
+ * @returns {Promise<import('./rows').DecisionRow>}
+ */
 async function check (db, tenant, meter, amount) {
   const { rows } = await db.query({ text, values: [tenant, meter, amount], types })
   return rows[0]

@@ -8,6 +8,15 @@ const { types } = require('../numbers')
 const text = 'SELECT item, granted, used, quota, remaining, resets_at, overage, meter, reason, from_grants, balance' +
   ' FROM flagmeter.consume_batch($1::text[], $2::text[], $3::bigint[], $4::text[], $5::int[])'
 
+/**
+ * @param {import('pg').ClientBase} db
+ * @param {string[]} tenants
+ * @param {string[]} meters
+ * @param {import('../interfaces').Int[]} amounts
+ * @param {Array<string | null> | null} keys  null: none has a key
+ * @param {number[]} items
+ * @returns {Promise<import('./rows').BatchDecisionRow[]>}
+ */
 async function consumeBatch (db, tenants, meters, amounts, keys, items) {
   const { rows } = await db.query({ text, values: [tenants, meters, amounts, keys, items], types })
   return rows

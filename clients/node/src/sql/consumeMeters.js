@@ -6,6 +6,14 @@ const { types } = require('../numbers')
 const text = 'SELECT granted, used, quota, remaining, resets_at, overage, meter, reason, from_grants, balance' +
   ' FROM flagmeter.consume($1, $2::text[], $3::bigint[], $4)'
 
+/**
+ * @param {import('pg').ClientBase} db
+ * @param {string} tenant
+ * @param {string[]} meters
+ * @param {import('../interfaces').Int[]} amounts
+ * @param {string | null} key
+ * @returns {Promise<import('./rows').DecisionRow[]>}
+ */
 async function consumeMeters (db, tenant, meters, amounts, key) {
   const { rows } = await db.query({ text, values: [tenant, meters, amounts, key], types })
   return rows

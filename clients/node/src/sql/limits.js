@@ -11,6 +11,11 @@ const someText = limitsText +
   ' WHERE ($1::text IS NULL OR tenant = $1) AND ($2::text IS NULL OR meter = $2)' +
   ' AND ($3::text IS NULL OR plan = $3)'
 
+/**
+ * @param {import('pg').ClientBase} db
+ * @param {{ tenant?: string | null, meter?: string | null, plan?: string | null }} match
+ * @returns {Promise<import('./rows').LimitRow[]>}
+ */
 async function limitsOf (db, { tenant = null, meter = null, plan = null }) {
   const { rows } = await db.query({ text: someText, values: [tenant, meter, plan], types })
   return rows

@@ -7,6 +7,10 @@ const { types } = require('../numbers')
 
 const text = 'SELECT min(version) AS version FROM flagmeter.outbox'
 
+/**
+ * @param {import('pg').ClientBase} db
+ * @returns {Promise<import('../interfaces').Int | null>}  null: the outbox is empty
+ */
 async function oldestVersion (db) {
   const { rows } = await db.query({ text, types })
   return rows[0].version

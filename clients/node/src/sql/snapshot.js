@@ -7,7 +7,11 @@ const { types } = require('../numbers')
 const { blockedText } = require('./blockedUntil')
 const { limitsText } = require('./limits')
 
-/** Inside a transaction: { version, blocked, limits }. */
+/**
+ * Inside a transaction: { version, blocked, limits }.
+ * @param {import('pg').ClientBase} db
+ * @returns {Promise<import('./rows').State>}
+ */
 async function readState (db) {
   const v = await db.query({ text: 'SELECT flagmeter.latest_version() AS version', types })
   const blocked = await db.query({ text: blockedText + ' FROM flagmeter.blocked b', types })
@@ -15,7 +19,13 @@ async function readState (db) {
   return { version: v.rows[0].version, blocked: blocked.rows, limits: limits.rows }
 }
 
-/** Run fn(db) in one REPEATABLE READ, READ ONLY transaction. */
+/**
+ * Run fn(db) in one REPEATABLE READ, READ ONLY transaction.
+ * @template T
+ * @param {import('pg').ClientBase} db
+ * @param {(db: import('pg').ClientBase) => Promise<T>} fn
+ * @returns {Promise<T>}
+ */
 async function inSnapshot (db, fn) {
   await db.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY')
   try {

@@ -6,7 +6,15 @@ const { types } = require('../numbers')
 
 const text = 'SELECT flagmeter.track_events($1::text[], $2::text[], $3::bigint[], $4::timestamptz[], $5::text[]) AS counted'
 
-/** @returns {Promise<boolean[]>} */
+/**
+ * @param {import('pg').ClientBase} db
+ * @param {string[]} tenants
+ * @param {string[]} meters
+ * @param {import('../interfaces').Int[]} amounts
+ * @param {Array<Date | null> | null} occurredAt  null: none has one
+ * @param {Array<string | null> | null} keys  null: none has a key
+ * @returns {Promise<boolean[]>}
+ */
 async function trackEvents (db, tenants, meters, amounts, occurredAt, keys) {
   const { rows } = await db.query({ text, values: [tenants, meters, amounts, occurredAt, keys], types })
   return rows[0].counted

@@ -1,7 +1,36 @@
 // Compiled by test/types.test.js with tsc --noEmit: the declarations must
 // describe the API as a TypeScript app uses it (and reject misuse below).
-import { FlagMeter, FlagMeterClosedError, FlagMeterNotAppliedError, FlagMeterOutcomeUnknownError, type CallOutcome, type Decision, type FeatureConfig, type Int, type ThresholdEvent } from 'flagmeter'
+import {
+  FlagMeter, FlagMeterClosedError, FlagMeterNotAppliedError, FlagMeterOutcomeUnknownError, FlagMeterFaultError,
+  QUOTA_EVENT_KINDS, DEFAULTS, toInt, checkAmount, parseJson, intTypes,
+  type CallOutcome, type Decision, type FeatureConfig, type Int, type ThresholdEvent,
+  type QuotaEvent, type QuotaEventKind, type FlagMeterEvents
+} from 'flagmeter'
 import { Client, Pool } from 'pg'
+
+// Whether two types are the same (not merely assignable one way).
+type Same<A, B> = (<T>() => T extends A ? 1 : 2) extends (<T>() => T extends B ? 1 : 2) ? true : false
+
+// One list of event kinds: the exported list, its union type, the kinds of
+// the QuotaEvent types and the quota events fm.on() takes are the same set.
+const listIsUnion: Same<(typeof QUOTA_EVENT_KINDS)[number], QuotaEventKind> = true
+const unionIsEvents: Same<QuotaEventKind, QuotaEvent['kind']> = true
+const eventNames: Same<QuotaEventKind | 'invalidate' | 'error' | 'connected' | 'disconnected', keyof FlagMeterEvents> = true
+void listIsUnion; void unionIsEvents; void eventNames
+// @ts-expect-error: the list is frozen
+QUOTA_EVENT_KINDS.push('threshold')
+// @ts-expect-error: so are the defaults
+DEFAULTS.maxInFlight = 4
+const inFlight: number = DEFAULTS.maxInFlight
+const retryWait: number = DEFAULTS.retry.maxDelayMs
+void inFlight; void retryWait
+
+// The number rules, for an app's own figures and queries.
+const big: Int | null = toInt('9223372036854775807')
+const amount: Int = checkAmount(5n, 'amount', true)
+const payload: unknown = parseJson('{"used": 9007199254740993}')
+void big; void amount; void payload
+void new Pool().query({ text: 'SELECT 1::bigint AS one', types: intTypes })
 
 async function main (): Promise<void> {
   const fm = new FlagMeter({
@@ -18,6 +47,7 @@ async function main (): Promise<void> {
   } catch (e) {
     if (e instanceof FlagMeterOutcomeUnknownError) { const o: 'unknown' = e.outcome; const a: number = e.attempts; void o; void a }
     if (e instanceof FlagMeterNotAppliedError) { const s: string | undefined = e.sqlstate; const t: boolean = e.timedOut; void s; void t }
+    if (e instanceof FlagMeterFaultError) { const a: number = e.attempts; void a }
   }
   const outcome: CallOutcome = 'not_applied'
   void up; void outcome
@@ -31,6 +61,7 @@ async function main (): Promise<void> {
   fm.on('blocked', (e) => { const t: string = e.tenant; void t })
   fm.on('invalidate', (e) => { void e.all })
   fm.on('feature_changed', (e) => { const on: boolean | null = e.enabled; const f: string = e.feature; void on; void f; void e.tenant })
+  for (const kind of QUOTA_EVENT_KINDS) fm.on(kind, (e) => { const k: QuotaEventKind = e.kind; const v: Int = e.version; void k; void v })
   const sso: boolean = await fm.hasFeature('acme', 'sso')
   const cfg: FeatureConfig = await fm.featureConfig('acme', 'max_projects')
   void sso; void cfg
