@@ -3,8 +3,8 @@
 // integers, BigInt beyond, never strings: in decisions, usage and events.
 const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
-const { FlagMeter } = require('..')
-const { parseJson, toInt } = require('../src/numbers')
+// the rules as the package exports them (the dashboard app uses them)
+const { FlagMeter, parseJson, toInt, checkAmount, intTypes } = require('..')
 const { createDatabase, until } = require('./helpers')
 
 const BIG_QUOTA = 2n ** 62n // 4611686018427387904: far past 2^53
@@ -27,6 +27,23 @@ test('toInt and parseJson', () => {
   assert.deepEqual(parseJson('{"v":1,"q":9223372036854775807,"t":"x:12345678901234567890","u":-9007199254740993}'),
     { v: 1, q: 9223372036854775807n, t: 'x:12345678901234567890', u: -9007199254740993n })
   assert.deepEqual(parseJson('{"a":"\\"","b":[1,2.5,1e3]}'), { a: '"', b: [1, 2.5, 1000] })
+})
+
+test('checkAmount: a non-negative (or positive) safe integer or a BigInt in the bigint range, as given', () => {
+  assert.equal(checkAmount(0, 'amount'), 0)
+  assert.equal(checkAmount(2n ** 62n, 'amount', true), 2n ** 62n)
+  assert.throws(() => checkAmount(0, 'amount', true), RangeError)
+  assert.throws(() => checkAmount(-1, 'amount'), /amount must be non-negative/)
+  assert.throws(() => checkAmount(1.5, 'amount'), TypeError)
+  assert.throws(() => checkAmount(2 ** 53, 'amount'), TypeError)
+  assert.throws(() => checkAmount('1', 'amount'), TypeError)
+  assert.throws(() => checkAmount(2n ** 63n, 'actual'), /actual is out of the bigint range/)
+})
+
+test('intTypes: int8 and int8[] by the number rule, other types as pg reads them', () => {
+  assert.equal(intTypes.getTypeParser(20, 'text')('9007199254740993'), 9007199254740993n)
+  assert.deepEqual(intTypes.getTypeParser(1016, 'text')('{1,NULL,9223372036854775807}'), [1, null, 9223372036854775807n])
+  assert.equal(intTypes.getTypeParser(23, 'text')('42'), 42)
 })
 
 test('amounts, usage and quotas past 2^53 are BigInt; small ones numbers', async () => {
