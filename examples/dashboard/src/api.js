@@ -4,6 +4,7 @@
 // event is committed (durable), 409 for a key recorded before, 429 when a
 // consume is refused, 400 with the SQLSTATE when the database refuses the
 // input.
+const { checkAmount } = require('flagmeter')
 const { HttpError } = require('./http')
 const { tenantUsage } = require('./sql/tenantUsage')
 const { addWebhook, listWebhooks, removeWebhook } = require('./sql/webhooks')
@@ -50,8 +51,12 @@ function field (body, name, { required = true, type = 'string' } = {}) {
     return undefined
   }
   if (type === 'amount') {
-    if (!Number.isSafeInteger(v) || v < 0) throw new HttpError(400, `${name} must be a non-negative integer`)
-    return v
+    // the client's rule for amounts (a JSON body has no BigInt: a safe integer)
+    try {
+      return checkAmount(v, name, false)
+    } catch {
+      throw new HttpError(400, `${name} must be a non-negative integer`)
+    }
   }
   if (typeof v !== 'string' || v === '') throw new HttpError(400, `${name} must be a non-empty string`)
   return v

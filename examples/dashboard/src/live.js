@@ -17,6 +17,7 @@ const { topTenants } = require('./sql/topTenants')
 const { minuteSeries } = require('./sql/minuteSeries')
 const { recentEvents } = require('./sql/recentEvents')
 const { json } = require('./http')
+const { SHOWN_KINDS } = require('./kinds')
 
 const RECENT = 20
 
@@ -72,9 +73,7 @@ class LiveFeed {
     this._stateRun = null
     this._soon = null
     this._closed = false
-    for (const kind of ['threshold', 'blocked', 'unblocked', 'limit_changed', 'plan_changed']) {
-      fm.on(kind, (e) => this._quotaEvent(e))
-    }
+    for (const kind of SHOWN_KINDS) fm.on(kind, (e) => this._quotaEvent(e))
     fm.on('connected', () => this._broadcast('database', this._databaseText()))
     fm.on('disconnected', () => this._broadcast('database', this._databaseText()))
   }

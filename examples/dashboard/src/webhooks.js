@@ -28,8 +28,8 @@ const pg = require('pg')
 const { scanOutbox } = require('./sql/scanOutbox')
 const { dueDeliveries, nextDueIn } = require('./sql/dueDeliveries')
 const { delivered, failed, skipped } = require('./sql/recordDelivery')
+const { ALERT_KINDS } = require('./kinds')
 
-const ALERT_KINDS = ['threshold', 'blocked', 'unblocked']
 const LOCK_KEY = "hashtext('flagmeter dashboard webhooks')"
 
 function figure (v) {
