@@ -203,8 +203,8 @@ lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start
 static int
 compare_items_by_meter(const void *a, const void *b)
 {
-	return strcmp((*(ConsumeItem *const *) a)->meter,
-				  (*(ConsumeItem *const *) b)->meter);
+	return strcmp((*(FmConsumeItem *const *) a)->meter,
+				  (*(FmConsumeItem *const *) b)->meter);
 }
 
 /*
@@ -215,7 +215,7 @@ compare_items_by_meter(const void *a, const void *b)
  * no room): consume_under_lock then decides.
  */
 static bool
-consume_in_flight(const char *tenant, ConsumeItem *item, TimestampTz now,
+consume_in_flight(const char *tenant, FmConsumeItem *item, TimestampTz now,
 				  FmDecision *decision)
 {
 	const FmLimit *limit = &item->limit;
@@ -251,7 +251,7 @@ consume_in_flight(const char *tenant, ConsumeItem *item, TimestampTz now,
  * event went (a refusal deletes it).
  */
 static void
-insert_event_read_tracked(const char *tenant, const ConsumeItem *item, TimestampTz now,
+insert_event_read_tracked(const char *tenant, const FmConsumeItem *item, TimestampTz now,
 						  Datum *args, FmCounter *tracked, Oid *event_rel,
 						  ItemPointer event_tid)
 {
@@ -293,7 +293,7 @@ insert_event_read_tracked(const char *tenant, const ConsumeItem *item, Timestamp
  * and the tracked usage (fm_decide raises the event's overflow).
  */
 static void
-refuse_under_lock(const ConsumeItem *item, Datum *args, Oid event_rel,
+refuse_under_lock(const FmConsumeItem *item, Datum *args, Oid event_rel,
 				  ItemPointer event_tid, const FmCounter *tracked, TimestampTz now,
 				  FmDecision *decision)
 {
@@ -324,7 +324,7 @@ refuse_under_lock(const ConsumeItem *item, Datum *args, Oid event_rel,
  * decide_items; a refusal deletes the event again (refuse_under_lock).
  */
 static void
-consume_under_lock(const char *tenant, ConsumeItem *item, TimestampTz now,
+consume_under_lock(const char *tenant, FmConsumeItem *item, TimestampTz now,
 				   FmDecision *decision)
 {
 	const FmLimit *limit = &item->limit;
@@ -385,7 +385,7 @@ consume_under_lock(const char *tenant, ConsumeItem *item, TimestampTz now,
  * (consume_under_lock).
  */
 static FmDecision *
-consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
+consume_one(const char *tenant, FmConsumeItem *item, TimestampTz now)
 {
 	FmDecision *decision = SPI_palloc(sizeof(FmDecision));
 
@@ -398,7 +398,7 @@ consume_one(const char *tenant, ConsumeItem *item, TimestampTz now)
 
 /* One item's decision on current, with its grants and holds when it has them. */
 static void
-decide_item(ConsumeItem *item, const FmCounter *current, TimestampTz now, bool record,
+decide_item(FmConsumeItem *item, const FmCounter *current, TimestampTz now, bool record,
 			FmDecision *decision)
 {
 	if (item->limit.grants || item->limit.reserves)
@@ -422,7 +422,7 @@ decide_item(ConsumeItem *item, const FmCounter *current, TimestampTz now, bool r
  * refused decision then shows the usage unchanged).
  */
 static bool
-decide_all(ConsumeItem *items, int n, const FmCounter *currents, TimestampTz now,
+decide_all(FmConsumeItem *items, int n, const FmCounter *currents, TimestampTz now,
 		   FmDecision *decisions)
 {
 	bool		all_granted = true;
@@ -451,7 +451,7 @@ decide_all(ConsumeItem *items, int n, const FmCounter *currents, TimestampTz now
  * decision's balance then counts what the grants drawn from said is left.
  */
 static bool
-draw_items(ConsumeItem *items, int n, FmDecision *decisions)
+draw_items(FmConsumeItem *items, int n, FmDecision *decisions)
 {
 	int			i,
 				j;
@@ -481,13 +481,13 @@ draw_items(ConsumeItem *items, int n, FmDecision *decisions)
  * holds of reservations, which change only under stripe 0's lock.
  */
 static void
-lock_items(const char *tenant, ConsumeItem **order, int n, TimestampTz now)
+lock_items(const char *tenant, FmConsumeItem **order, int n, TimestampTz now)
 {
 	int			i;
 
 	for (i = 0; i < n; i++)
 	{
-		ConsumeItem *item = order[i];
+		FmConsumeItem *item = order[i];
 
 		item->grants.n = 0;
 		item->grants.available = 0;
@@ -507,7 +507,7 @@ lock_items(const char *tenant, ConsumeItem **order, int n, TimestampTz now)
  * false, decisions[] as they were, when no item has grants.
  */
 static bool
-decide_on_grants_now(const char *tenant, ConsumeItem *items, int n,
+decide_on_grants_now(const char *tenant, FmConsumeItem *items, int n,
 					 const FmCounter *currents, TimestampTz now, FmDecision *decisions)
 {
 	bool		reread = false;
@@ -540,17 +540,17 @@ decide_on_grants_now(const char *tenant, ConsumeItem *items, int n,
  * and the items decided again.
  */
 static bool
-decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
+decide_items(const char *tenant, FmConsumeItem *items, int n, TimestampTz now,
 			 FmDecision *decisions)
 {
-	ConsumeItem **order = palloc(sizeof(ConsumeItem *) * n);
+	FmConsumeItem **order = palloc(sizeof(FmConsumeItem *) * n);
 	FmCounter  *currents = palloc(sizeof(FmCounter) * n);
 	bool		granted;
 	int			i;
 
 	for (i = 0; i < n; i++)
 		order[i] = &items[i];
-	qsort(order, n, sizeof(ConsumeItem *), compare_items_by_meter);
+	qsort(order, n, sizeof(FmConsumeItem *), compare_items_by_meter);
 	lock_items(tenant, order, n, now);
 
 	for (i = 0; i < n; i++)
@@ -584,7 +584,7 @@ decide_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
  * committed first, returns its decisions (which win); else NULL.
  */
 static FmDecision *
-remember_decisions(const char *tenant, const char *key, ConsumeItem *items, int n,
+remember_decisions(const char *tenant, const char *key, FmConsumeItem *items, int n,
 				   int nnamed, TimestampTz now, const FmDecision *decisions,
 				   int *nremembered)
 {
@@ -609,7 +609,7 @@ remember_decisions(const char *tenant, const char *key, ConsumeItem *items, int 
 
 /* Write granted items: stripe 0's new value and the event, then announce. */
 static void
-record_items(const char *tenant, const char *key, ConsumeItem *items, int n,
+record_items(const char *tenant, const char *key, FmConsumeItem *items, int n,
 			 TimestampTz now, const FmDecision *decisions)
 {
 	int			i;
@@ -641,7 +641,7 @@ record_items(const char *tenant, const char *key, ConsumeItem *items, int n,
 
 /* The item of meter among items[0 .. n - 1], or -1. */
 static int
-item_of_meter(const ConsumeItem *items, int n, const char *meter)
+item_of_meter(const FmConsumeItem *items, int n, const char *meter)
 {
 	int			i;
 
@@ -658,11 +658,11 @@ item_of_meter(const ConsumeItem *items, int n, const char *meter)
  * pool's own item when the call names the pool too).  Their limits and
  * periods are loaded.  Returns items itself when no item draws.
  */
-static ConsumeItem *
-with_pool_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
+static FmConsumeItem *
+with_pool_items(const char *tenant, FmConsumeItem *items, int n, TimestampTz now,
 				int *nall)
 {
-	ConsumeItem *all = NULL;
+	FmConsumeItem *all = NULL;
 	int			count = n;
 	int			i;
 
@@ -677,8 +677,8 @@ with_pool_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 		if (all == NULL)
 		{
 			/* each named item adds at most one pool */
-			all = palloc0(sizeof(ConsumeItem) * 2 * n);
-			memcpy(all, items, sizeof(ConsumeItem) * n);
+			all = palloc0(sizeof(FmConsumeItem) * 2 * n);
+			memcpy(all, items, sizeof(FmConsumeItem) * n);
 		}
 		amount = fm_pool_amount(limit, items[i].amount);
 		p = item_of_meter(all, count, limit->pool);
@@ -703,7 +703,7 @@ with_pool_items(const char *tenant, ConsumeItem *items, int n, TimestampTz now,
 
 /* The named items' decisions, each with its pool's when it draws from one. */
 static void
-fold_pool_decisions(const ConsumeItem *items, int nnamed, int nall, FmDecision *decisions)
+fold_pool_decisions(const FmConsumeItem *items, int nnamed, int nall, FmDecision *decisions)
 {
 	int			i;
 
@@ -720,12 +720,12 @@ fold_pool_decisions(const ConsumeItem *items, int nnamed, int nall, FmDecision *
  * pools as items of its own, after the named ones.
  */
 FmDecision *
-fm_consume_items(const char *tenant, ConsumeItem *items, int n, const char *key,
+fm_consume_items(const char *tenant, FmConsumeItem *items, int n, const char *key,
 				 int *ndecisions)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	FmDecision *decisions;
-	ConsumeItem *all;
+	FmConsumeItem *all;
 	int			nall;
 	int			i;
 
@@ -900,7 +900,7 @@ static Datum
 consume_call(FunctionCallInfo fcinfo, bool amount_text)
 {
 	char	   *tenant = fm_arg_tenant(fcinfo, 0);
-	ConsumeItem item;
+	FmConsumeItem item;
 	char	   *key = fm_arg_key(fcinfo, 3);
 	FmDecision *decision;
 	TupleDesc	desc;
@@ -926,7 +926,7 @@ fm_consume_multi(PG_FUNCTION_ARGS)
 	char	   *key = fm_arg_key(fcinfo, 3);
 	char	  **meters;
 	int64	   *amounts;
-	ConsumeItem *items;
+	FmConsumeItem *items;
 	FmDecision *decisions;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int			n,
@@ -940,7 +940,7 @@ fm_consume_multi(PG_FUNCTION_ARGS)
 	meters = fm_arg_text_array(fcinfo, 1, "meters", &n, false);
 	fm_check_consume_meters(meters, n);
 	amounts = fm_arg_amount_array(fcinfo, 2, n, false);
-	items = palloc0(sizeof(ConsumeItem) * n);
+	items = palloc0(sizeof(FmConsumeItem) * n);
 	for (i = 0; i < n; i++)
 	{
 		items[i].meter = meters[i];

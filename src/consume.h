@@ -17,7 +17,7 @@
 #include "limit.h"
 
 /* One meter of an item; the caller sets meter and amount, zeroes the rest. */
-typedef struct ConsumeItem
+typedef struct FmConsumeItem
 {
 	const char *meter;
 	int64		amount;
@@ -32,7 +32,7 @@ typedef struct ConsumeItem
 	int64		held;			/* what reservations hold (holds.h) */
 	bool		force;			/* never refused: a settle records usage that
 								 * happened */
-} ConsumeItem;
+} FmConsumeItem;
 
 /*
  * The meters of one item, as the caller named them: 1 to
@@ -50,7 +50,7 @@ extern void fm_check_consume_meters(char **meters, int n);
  * (in meter-name order) until the transaction ends; a later item of the
  * same transaction on the same period finds the lock already held.
  */
-extern FmDecision *fm_consume_items(const char *tenant, ConsumeItem *items, int n,
+extern FmDecision *fm_consume_items(const char *tenant, FmConsumeItem *items, int n,
 									const char *key, int *ndecisions);
 
 /*

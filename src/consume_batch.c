@@ -109,7 +109,7 @@ static void
 consume_item(ReturnSetInfo *rsinfo, const BatchItem *item, char **tenants, char **meters,
 			 const int64 *amounts, char **keys)
 {
-	ConsumeItem *citems = palloc0(sizeof(ConsumeItem) * item->n);
+	FmConsumeItem *citems = palloc0(sizeof(FmConsumeItem) * item->n);
 	FmDecision *decisions;
 	int			ndecisions;
 	int			i;

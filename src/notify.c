@@ -508,14 +508,14 @@ fm_queue_invalidation(Oid relid, const char *op, const char *key_json)
 static void
 append_timestamp(StringInfo buf, const char *name, TimestampTz ts)
 {
-	char		text[64];
+	char		stamp[64];
 
 	if (TIMESTAMP_NOT_FINITE(ts))
-		snprintf(text, sizeof(text), "%s", TIMESTAMP_IS_NOBEGIN(ts) ? "-infinity" : "infinity");
+		snprintf(stamp, sizeof(stamp), "%s", TIMESTAMP_IS_NOBEGIN(ts) ? "-infinity" : "infinity");
 	else
-		fm_format_timestamp(ts, text, sizeof(text));
+		fm_format_timestamp(ts, stamp, sizeof(stamp));
 	appendStringInfo(buf, ",\"%s\":", name);
-	escape_json(buf, text);
+	escape_json(buf, stamp);
 }
 
 /* ,"name":"value" when value is not NULL (fields that do not apply are left out) */

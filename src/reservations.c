@@ -386,7 +386,7 @@ fm_settle(PG_FUNCTION_ARGS)
 
 	if (actual > 0)
 	{
-		ConsumeItem item;
+		FmConsumeItem item;
 		int			n;
 
 		memset(&item, 0, sizeof(item));

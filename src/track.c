@@ -67,7 +67,7 @@ record_event(const char *tenant, const char *meter, int64 amount, TimestampTz oc
 	TimestampTz period_start;
 	TimestampTz period_end;
 	FmCounter	delta;
-	StripeWritten written;
+	FmStripeWritten written;
 	bool		read_due;
 
 	fm_load_limit(tenant, meter, false, limit);

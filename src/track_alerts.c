@@ -37,12 +37,12 @@ fm_announce_usage_level(const char *tenant, const char *meter, const FmLimit *li
 						 fm_used_of(total, limit->aggregation));
 }
 
-StripeWritten
+FmStripeWritten
 fm_stripe_written(uint64 r, int first)
 {
 	HeapTuple	row = SPI_tuptable->vals[r];
 	TupleDesc	desc = SPI_tuptable->tupdesc;
-	StripeWritten w;
+	FmStripeWritten w;
 	bool		null_at;
 	bool		null_for;
 	bool		isnull;
@@ -86,7 +86,7 @@ fm_stripe_written(uint64 r, int first)
  */
 bool
 fm_period_read_due(const char *tenant, const char *meter, const FmLimit *limit,
-				   TimestampTz period_start, const StripeWritten *written)
+				   TimestampTz period_start, const FmStripeWritten *written)
 {
 	if (limit->aggregation == FM_AGG_MAX)
 	{
@@ -105,7 +105,7 @@ fm_period_read_due(const char *tenant, const char *meter, const FmLimit *limit,
  * write).  Not for latest, which reads every time.
  */
 bool
-fm_next_recheck(const FmLimit *limit, const StripeWritten *written,
+fm_next_recheck(const FmLimit *limit, const FmStripeWritten *written,
 				const FmCounter *total, int nstripes, int64 *recheck_at)
 {
 	int64		own = fm_used_of(&written->counter, limit->aggregation);
@@ -127,7 +127,7 @@ fm_next_recheck(const FmLimit *limit, const StripeWritten *written,
 
 void
 fm_announce_after_track(const char *tenant, const char *meter, const FmLimit *limit,
-						TimestampTz period_start, const StripeWritten *written)
+						TimestampTz period_start, const FmStripeWritten *written)
 {
 	FmCounter	total;
 	int64		recheck_at;

@@ -14,7 +14,7 @@
 #include "limit.h"
 
 /* The row a track statement wrote (its RETURNING list). */
-typedef struct StripeWritten
+typedef struct FmStripeWritten
 {
 	int16		stripe;
 	FmCounter	counter;		/* after the increment */
@@ -28,10 +28,10 @@ typedef struct StripeWritten
 	 * after the snapshot (merge_idle_stripes) and would fail with 40001.
 	 */
 	ItemPointerData ctid;
-} StripeWritten;
+} FmStripeWritten;
 
 /* From row r of SPI_tuptable, columns first .. first + 4 (the last the ctid). */
-extern StripeWritten fm_stripe_written(uint64 r, int first);
+extern FmStripeWritten fm_stripe_written(uint64 r, int first);
 
 /* Queue the announcements a new usage level of a limited meter calls for. */
 extern void fm_announce_usage_level(const char *tenant, const char *meter,
@@ -44,19 +44,19 @@ extern void fm_announce_usage_level(const char *tenant, const char *meter,
  */
 extern bool fm_period_read_due(const char *tenant, const char *meter,
 							   const FmLimit *limit, TimestampTz period_start,
-							   const StripeWritten *written);
+							   const FmStripeWritten *written);
 
 /*
  * The stripe's next recheck figure after a read found total over nstripes
  * track stripes; false when the stripe already has it.
  */
-extern bool fm_next_recheck(const FmLimit *limit, const StripeWritten *written,
+extern bool fm_next_recheck(const FmLimit *limit, const FmStripeWritten *written,
 							const FmCounter *total, int nstripes, int64 *recheck_at);
 
 /* track's whole step after its write: read when due, announce, set the figure */
 extern void fm_announce_after_track(const char *tenant, const char *meter,
 									const FmLimit *limit, TimestampTz period_start,
-									const StripeWritten *written);
+									const FmStripeWritten *written);
 
 /*
  * The same after a track whose amount went to the period's pending usage

@@ -96,7 +96,7 @@ typedef struct BatchGroupEntry
 	int			first;			/* an event of the group, for its names */
 	FmCounter	delta;
 	const FmLimit *limit;
-	StripeWritten written;		/* the group's stripe after the increment */
+	FmStripeWritten written;	/* the group's stripe after the increment */
 	FmLimit		announce;		/* limit's copy for announcements past the
 								 * quota with credit grants left (grants.h) */
 } BatchGroupEntry;
