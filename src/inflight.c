@@ -642,6 +642,34 @@ fall_back(LWLock *lock, InflightEntry *e, Snapshot snapshot)
 }
 
 /*
+ * Under the lock, with look->index found (-1: none, or no room): a
+ * snapshot taken now, and the slots of consumes that ended before it
+ * removed (the others' amounts into in_flight when not NULL).  The entry;
+ * NULL, fallen back to the row lock, when there is none, a locker is in
+ * flight on it, or it is full.
+ */
+static InflightEntry *
+snapshot_entry(InflightLook *look, FmCounter *in_flight)
+{
+	InflightEntry *e;
+
+	if (look->index < 0)
+	{
+		fall_back(look->lock, NULL, NULL);
+		return NULL;
+	}
+	e = &state->entries[look->index];
+	look->snapshot = RegisterSnapshot(GetLatestSnapshot());
+	if (scan_slots(e, look->snapshot, look->now, in_flight, look->xids, &look->nxids) ||
+		e->nslots == FM_INFLIGHT_SLOTS)
+	{
+		fall_back(look->lock, e, look->snapshot);
+		return NULL;
+	}
+	return e;
+}
+
+/*
  * First look, under the lock: the snapshot, taken there, and the slots of
  * consumes that ended before it removed.  The period is read in it with
  * the lock let go (the read was half of the time the lock was held, and
@@ -656,19 +684,9 @@ first_look(InflightLook *look)
 	LWLockAcquire(look->lock, LW_EXCLUSIVE);
 	look->index = pg_atomic_read_u32(&state->overflow_lockers) > 0 ? -1 :
 		find_entry(look->key, true);
-	if (look->index < 0)
-	{
-		fall_back(look->lock, NULL, NULL);
+	e = snapshot_entry(look, NULL);
+	if (e == NULL)
 		return false;
-	}
-	e = &state->entries[look->index];
-	look->snapshot = RegisterSnapshot(GetLatestSnapshot());
-	if (scan_slots(e, look->snapshot, look->now, NULL, look->xids, &look->nxids) ||
-		e->nslots == FM_INFLIGHT_SLOTS)
-	{
-		fall_back(look->lock, e, look->snapshot);
-		return false;
-	}
 	look->incarnation = e->incarnation;
 	look->nended = e->nended;
 	look->lockers_ended = e->lockers_ended;
@@ -693,20 +711,9 @@ read_again_under_lock(InflightLook *look)
 
 	UnregisterSnapshot(look->snapshot);
 	look->index = find_entry(look->key, true);
-	if (look->index < 0)
-	{
-		fall_back(look->lock, NULL, NULL);
+	e = snapshot_entry(look, &look->counted);
+	if (e == NULL)
 		return NULL;
-	}
-	e = &state->entries[look->index];
-	look->snapshot = RegisterSnapshot(GetLatestSnapshot());
-	if (scan_slots(e, look->snapshot, look->now, &look->counted, look->xids,
-				   &look->nxids) ||
-		e->nslots == FM_INFLIGHT_SLOTS)
-	{
-		fall_back(look->lock, e, look->snapshot);
-		return NULL;
-	}
 	look->committed = fm_scan_period(look->tenant, look->meter, look->period_start,
 									 look->snapshot);
 	return e;
