@@ -251,7 +251,7 @@ npm_ci_once() {
 	local as=()
 	[[ -d $FM_SRC/node_modules ]] && return 0
 	host_as_tree_owner as
-	"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
+	"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" npm_config_update_notifier=false \
 		bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$FM_SRC"
 }
 
@@ -262,7 +262,7 @@ run_npm_script() {
 	local as=()
 	npm_ci_once || return 1
 	host_as_tree_owner as
-	"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" \
+	"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" npm_config_update_notifier=false \
 		bash -c 'cd "$1" && npm run "$2"' _ "$FM_SRC" "$1"
 }
 
