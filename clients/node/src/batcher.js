@@ -14,7 +14,7 @@
 //   transaction.  More groups in flight give smaller groups and more
 //   transactions for the same work (and take connections the app's own
 //   queries need); fewer leave the database idle while a group commits.  At
-//   1 200 connections on the 2-core benchmark machine (bench/e2e), 2 beat 4
+//   1 200 connections on the 2-core benchmark machine (bench/node), 2 beat 4
 //   in each of three alternating rounds (+6 to +17 % req/s), 1 and 3 were
 //   no better than 2, and 8 was worse than 4; a database with more cores
 //   may want more.

@@ -16,7 +16,6 @@ const blockedText =
 const text = blockedText +
   " FROM (SELECT $1::text AS tenant, $2::text AS meter, $3::timestamptz + interval '1 millisecond' AS period_start) b"
 
-
 /**
  * @param {import('pg').ClientBase} db
  * @param {string} tenant
