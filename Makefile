@@ -111,11 +111,12 @@ bench:
 indent:
 	bash tools/pgindent.sh
 
-# The checks that read the tree and need no server, all three with a line of
+# The checks that read the tree and need no server, all four with a line of
 # summary each (tools/check_static.sh), or one by one: the C as pgindent
 # leaves it and typedefs.list complete; contrib/plproxy/proxy.sql against
-# the functions it routes to; docs/architecture.md naming what exists.
-.PHONY: check-static check-indent check-proxy check-docs
+# the functions it routes to; docs/architecture.md naming what exists; the
+# reference (docs/reference/) documenting every function and setting.
+.PHONY: check-static check-indent check-proxy check-docs check-reference package
 check-static:
 	bash tools/check_static.sh
 
@@ -123,10 +124,18 @@ check-indent:
 	bash tools/pgindent.sh --check
 
 check-proxy:
-	python3 tools/check_proxy_stubs.py
+	python3 -B tools/check_proxy_stubs.py
 
 check-docs:
-	python3 tools/check_docs_map.py
+	python3 -B tools/check_docs_map.py
+
+check-reference:
+	perl tools/check_reference.pl
+
+# The Debian packages of PG's release (debian/, pg_buildext), proved by the
+# regression suite against their files alone, copied to dist/.
+package:
+	PG=$(PG) bash tools/package.sh --out dist
 
 # Fuzzing the quota_counter parsers (libFuzzer, clang): see fuzz/fuzz.mk.
 -include fuzz/fuzz.mk

@@ -10,6 +10,9 @@
 #           the flagmeter functions its stubs route to
 #   docs    tools/check_docs_map.py: docs/architecture.md, and the paths the
 #           code's comments cite, name what exists
+#   reference  tools/check_reference.pl: docs/reference/ documents every
+#           function and setting of the extension, names none that does not
+#           exist, and the user docs' links resolve
 #
 # Each check's own output (a diff, the list of what is wrong) is printed
 # above the summary when it fails.  CHECKS="indent docs" runs only those.
@@ -22,10 +25,11 @@ cd "$root"
 
 declare -A command=(
 	[indent]="bash tools/pgindent.sh --check"
-	[proxy]="python3 tools/check_proxy_stubs.py"
-	[docs]="python3 tools/check_docs_map.py"
+	[proxy]="python3 -B tools/check_proxy_stubs.py"
+	[docs]="python3 -B tools/check_docs_map.py"
+	[reference]="perl tools/check_reference.pl"
 )
-read -r -a checks <<<"${CHECKS:-indent proxy docs}"
+read -r -a checks <<<"${CHECKS:-indent proxy docs reference}"
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -33,7 +37,7 @@ summary=()
 failed=0
 for check in "${checks[@]}"; do
 	if [[ -z ${command[$check]:-} ]]; then
-		echo "unknown check: $check (indent, proxy, docs)" >&2
+		echo "unknown check: $check (indent, proxy, docs, reference)" >&2
 		exit 2
 	fi
 	if ${command[$check]} >"$out" 2>&1; then

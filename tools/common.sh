@@ -48,6 +48,7 @@ FM_DEB_PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-cron
 	libipc-run-perl make gcc
 	pgbouncer  # the Node client's fault suite (clients/node/test/faults)
 	build-essential debhelper postgresql-server-dev-all  # the Debian packages (tools/package.sh)
+	pg-bsd-indent python3  # tools/check_static.sh: pgindent's layout, the proxy and docs checks
 	clang-14 libclang-rt-14-dev sqlsmith)  # fuzzing: libFuzzer (fuzz/), sqlsmith
 
 # Port range reserved for this project's throwaway clusters.

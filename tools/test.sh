@@ -25,9 +25,19 @@
 #              parsers (fuzz/fuzz.mk), built with the clang of the version's
 #              Debian suite; one test, failed on any crash, hang, sanitizer
 #              report or broken property
-# The last run on this machine, whatever the version, the first two over the
-# tree's JavaScript, the others as clients of the cluster over TCP (see
+#   package    tools/package.sh: the Debian packages of this version built
+#              with pg_buildext (in its chroot for 17 and 18), then test/sql
+#              run against their files alone on a cluster of its own; one
+#              test, failed when a package does not build, its dependencies
+#              cannot be met, or a regression test fails
+# The last run on this machine, whatever the version, the first three over
+# the tree's files, the others as clients of the cluster over TCP (see
 # run_host_suites, where more such suites go):
+#   static     tools/check_static.sh: pgindent's layout and typedefs.list,
+#              the proxy stubs against the calls they route to,
+#              docs/architecture.md and the code's comments naming what
+#              exists, the reference documenting every function and setting;
+#              one test, failed when any of them fails
 #   lint       `npm run lint` at the root: ESLint (eslint.config.js,
 #              neostandard) over every .js and .mjs; one test, failed on any
 #              problem it reports
@@ -315,6 +325,11 @@ run_host_check() {
 # the same way for every PostgreSQL version.
 run_host_suites() {
 	write_pg_run
+	if has_files "$FM_SRC/tools/check_static.sh"; then
+		run_check static bash "$FM_SRC/tools/check_static.sh"
+	else
+		fm_log "suite static: no tools/check_static.sh, skipped"
+	fi
 	if has_files "$FM_SRC/package.json"; then
 		run_check lint run_npm_script lint
 		run_check typecheck run_npm_script typecheck
@@ -385,7 +400,7 @@ main() {
 	fi
 	# The same two again with consumes deciding under stripe 0's row lock
 	# and tracks writing stripes, as they do without flagmeter preloaded
-	# (src/inflight.c, src/pending.c), in output
+	# (src/inflight.c, src/pending_*.c), in output
 	# directories of their own (the later --outputdir wins); a test whose
 	# output differs between the two ways has a second expected file, _1.
 	if has_files "$FM_SRC/test/sql/*.sql"; then
@@ -408,6 +423,11 @@ main() {
 			PG_CONFIG="$FM_PG_CONFIG" ${FM_FUZZ_CC:+"FUZZ_CC=$FM_FUZZ_CC"} fuzz-smoke
 	else
 		fm_log "suite fuzz: no fuzz/fuzz.mk, skipped"
+	fi
+	if has_files "$FM_SRC/debian/control.in"; then
+		run_check package env PG="$FM_PG_MAJOR" bash "$FM_SRC/tools/package.sh"
+	else
+		fm_log "suite package: no debian/, skipped"
 	fi
 	run_host_suites
 
