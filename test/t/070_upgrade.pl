@@ -29,8 +29,11 @@ is($meta_version, $make_version, 'META.json and Makefile name the same version')
 # its install script stays in sql/ as it shipped, so that it can still be
 # installed and updated from (below).  Bumping EXTVERSION therefore needs
 # the old script kept and an update script added.
-my @released = grep { $_ ne $make_version }
-  (slurp_file("$root/CHANGELOG.md") =~ /^## (\d+\.\d+\.\d+)/mg);
+# Its headings are Keep a Changelog's: "## [0.1.0] - 2026-12-04".
+my @changelog = slurp_file("$root/CHANGELOG.md") =~ /^## \[(\d+\.\d+\.\d+)\]/mg;
+ok((grep { $_ eq $make_version } @changelog),
+	'CHANGELOG has an entry for the version being built');
+my @released = grep { $_ ne $make_version } @changelog;
 for my $version (@released)
 {
 	ok(-f "$root/sql/flagmeter--$version.sql",
