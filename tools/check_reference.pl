@@ -36,7 +36,8 @@
 # heading ### `flagmeter.x` in docs/reference/settings.md, and every such
 # heading names a setting that exists.
 #
-# The documentation a user reads (README.md, CHANGELOG.md and docs/**/*.md
+# The documentation a user reads (README.md, CHANGELOG.md, the Node client's
+# README (its guide, shipped in the npm package) and docs/**/*.md
 # but docs/architecture.md, which describes the source and is checked by its
 # own author): every `flagmeter.name(` outside the reference must name a
 # function that exists, and every relative link must reach a file, and its
@@ -216,7 +217,7 @@ for my $name (sort keys %settings)
 
 # ---------------------------------------------------------------------------
 # The documentation a user reads: function names and links.
-my @docs = grep { -f $_ } ('README.md', 'CHANGELOG.md');
+my @docs = grep { -f $_ } ('README.md', 'CHANGELOG.md', 'clients/node/README.md');
 find({ wanted => sub { push @docs, $File::Find::name if /\.md$/ }, no_chdir => 1 }, 'docs')
   if -d 'docs';
 @docs = sort grep { $_ ne 'docs/architecture.md' } @docs;

@@ -51,6 +51,10 @@
 #              (test/faults*.test.js) start clusters of their own, of the
 #              version under test, through $FM_TMP/pg-run (write_pg_run), and
 #              pgbouncer on this machine, and restart, crash and fail them over
+#   npm_package  tools/npm_package.sh: `npm pack` of clients/node holds its
+#              README, LICENSE and src/ only; installed into an empty
+#              project, it runs README.md's quick start (SQL, then Node)
+#              against this cluster; one test
 #   dashboard  the reference app's node:test suite (examples/dashboard,
 #              `npm test`: API, webhooks, browser, faults on a cluster of its
 #              own as above) against this cluster; one test
@@ -290,6 +294,19 @@ run_node_client() {
 		bash -c 'cd "$1" && npm test' _ "$FM_SRC/clients/node"
 }
 
+# run_npm_package: tools/npm_package.sh, the packed client installed into an
+# empty project and README.md's quick start run with it, as the tree's
+# owner, with npm's cache in the temp dir (npm_ci_once filled it: pg
+# installs from there).
+run_npm_package() {
+	local as=()
+	npm_ci_once || return 1
+	host_as_tree_owner as
+	"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" npm_config_update_notifier=false \
+		PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" \
+		bash "$FM_SRC/tools/npm_package.sh" "$FM_TMP/npm-package"
+}
+
 # run_dashboard: the reference app's suite (examples/dashboard: API tests
 # with two app instances, webhooks, Debian's chromium driving the page) on
 # this machine, as run_node_client runs the client's.  As root chromium is
@@ -347,6 +364,9 @@ run_host_suites() {
 		PGHOST=127.0.0.1 PGPORT=$FM_PORT PGUSER=$FM_PG_ROLE run_check node run_node_client
 	else
 		fm_log "suite node: no clients/node, skipped"
+	fi
+	if has_files "$FM_SRC/tools/npm_package.sh"; then
+		PGHOST=127.0.0.1 PGPORT=$FM_PORT PGUSER=$FM_PG_ROLE run_check npm_package run_npm_package
 	fi
 	if has_files "$FM_SRC/examples/dashboard/package.json"; then
 		PGHOST=127.0.0.1 PGPORT=$FM_PORT PGUSER=$FM_PG_ROLE run_check dashboard run_dashboard
