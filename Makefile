@@ -43,6 +43,10 @@ OBJS = \
 	src/void.o \
 	src/entitlements.o \
 	src/notify.o \
+	src/notify_outbox.o \
+	src/notify_invalidations.o \
+	src/notify_commit.o \
+	src/notify_announce.o \
 	src/invalidate.o
 
 # The install script is built from one file per concern under sql/parts;
