@@ -19,6 +19,7 @@ OBJS = \
 	src/limit_lookup.o \
 	src/shared_limits.o \
 	src/inflight.o \
+	src/inflight_consume.o \
 	src/pending_table.o \
 	src/pending_databases.o \
 	src/pending_add.o \

@@ -1,61 +1,13 @@
 /*
  * inflight.c
- *	  Consumes in flight, in shared memory: how consumes of one hot tenant
- *	  decide without queueing on a row lock.
+ *	  The table of consumes in flight, in shared memory: its entries, slots
+ *	  and partition locks, what this transaction registered there and their
+ *	  end with it, the deciders under stripe 0's row lock registered as
+ *	  lockers (fm_inflight_before_lock), and consumes_in_flight().
  *
- * Without this, every consume of a period decides under its stripe 0's
- * row lock, held through the commit flush, so a hot tenant's consumes run
- * one commit at a time, like the plain conditional UPDATE they replace
- * (docs/design.md, "Consume in flight").  Preloaded, a consume of one sum
- * or count meter (consume.c's consume_one) decides here instead:
- *
- *	1. Under the period's partition lock (an LWLock) it takes a new
- *	   snapshot, and removes the entries of consumes that ended before it.
- *	   It lets go and reads the period's committed usage in that snapshot
- *	   (read under the lock, the read was where a hot tenant's consumes
- *	   queued), then takes the lock again and adds the consumes of other
- *	   transactions in flight now (none of them is in what the snapshot
- *	   shows: those that ended before it were removed, the rest registered
- *	   after it) and those that ended since the snapshot and committed
- *	   (each entry remembers the last FM_INFLIGHT_ENDED).  A consume that
- *	   committed just before counts once, by its rows; one that rolled back
- *	   not at all.  When more ended than the entry remembers, or a decider
- *	   under the row lock came and went in between (what it wrote only the
- *	   rows know), it reads the period again under the lock, in a snapshot
- *	   taken there.
- *	2. It decides.  Granted, it records its own amount in the period's
- *	   table entry under its transaction id, lets go of the lock, and writes
- *	   its event and a stripe as track does.  When only consumes in flight
- *	   stand between it and the quota, it waits for one of their
- *	   transactions and decides again: a consume that rolls back never causes
- *	   a refusal.
- *	3. Its entry ends with its transaction (or subtransaction, on
- *	   rollback), removed by the callbacks below; an entry whose transaction
- *	   a new snapshot no longer shows in progress is removed by the next
- *	   decider too (a prepared transaction's, after COMMIT PREPARED).
- *
- * So no two lock-free consumes decide on the same room: each decides under
- * the partition lock on everything granted before it, committed or not.
- *
- * Every other decider of a period (a consume with a key, over several
- * meters, with credit grants or reservations, reserve, settle, track
- * drawing grants) still decides under stripe 0's row lock, and registers
- * here first as a "locker" (fm_inflight_before_lock): while a locker is in
- * flight, consumes of the period take the row-lock path too, and the
- * locker waits for the lock-free consumes already in flight before it
- * reads.  The two ways of deciding never run on one period at once.
- *
- * The table is fixed: flagmeter.inflight_periods entries, spread over
- * FM_INFLIGHT_PARTITIONS locks, each entry a period (a 64-bit hash of
- * database, tenant, meter and period; two periods that collide share an
- * entry, which only counts more in flight, never less) with up to
- * FM_INFLIGHT_SLOTS transactions in flight.  When an entry or the table is
- * full, the consume falls back to the row lock; a locker that finds no
- * room is counted in overflow_lockers instead, and while any is in
- * flight, no consume decides here.  No call fails for want of room.
- *
- * Nothing here outlives the transactions in flight: after a crash or a
- * failover, committed usage is the rows, as without this table.
+ * The lock-free consume that decides on this table is inflight_consume.c;
+ * both share inflight_internal.h, which tells how the two ways of deciding
+ * keep apart.  The rest of the engine uses inflight.h.
  */
 #include "postgres.h"
 #include "fmgr.h"
@@ -79,67 +31,8 @@
 
 #include "counter.h"
 #include "inflight.h"
+#include "inflight_internal.h"
 #include "usage_rows.h"
-
-#define FM_INFLIGHT_PARTITIONS 16
-#define FM_INFLIGHT_SLOTS 64
-#define FM_INFLIGHT_PROBES 8
-#define FM_INFLIGHT_ENDED 32
-
-/* A transaction in flight on a period. */
-typedef struct InflightSlot
-{
-	TransactionId xid;			/* the (sub)transaction that registered */
-	bool		locker;			/* decides under stripe 0's lock */
-	int64		amount;			/* a lock-free consume's amount */
-} InflightSlot;
-
-/* A lock-free consume whose slot was taken out (its transaction ended). */
-typedef struct InflightEnded
-{
-	TransactionId xid;
-	int64		amount;
-} InflightEnded;
-
-typedef struct InflightEntry
-{
-	uint64		key;			/* 0: free */
-	uint64		incarnation;	/* bumped whenever the entry is (re)made */
-
-	/*
-	 * The latest transaction of a lock-free consume of the period: a
-	 * REPEATABLE READ locker whose snapshot may miss it fails (40001).  Kept
-	 * until every snapshot sees it as ended.
-	 */
-	TransactionId max_xid;
-	int			nslots;
-	InflightSlot slots[FM_INFLIGHT_SLOTS];
-
-	/*
-	 * The last FM_INFLIGHT_ENDED lock-free consumes taken out, the n-th at
-	 * ended[n % FM_INFLIGHT_ENDED]: a consume that read the period outside
-	 * the lock counts those that committed after its snapshot.
-	 */
-	uint64		nended;
-	InflightEnded ended[FM_INFLIGHT_ENDED];
-	uint64		lockers_ended;	/* locker slots taken out, ever */
-} InflightEntry;
-
-typedef struct InflightState
-{
-	LWLockPadded *locks;		/* one per partition */
-	int			nentries;		/* a multiple of FM_INFLIGHT_PARTITIONS */
-	pg_atomic_uint32 overflow_lockers;	/* lockers in flight without an
-										 * entry */
-	pg_atomic_uint64 overflow_started;	/* such lockers, ever */
-	/* since the server started, for consumes_in_flight() */
-	pg_atomic_uint64 lock_free;	/* consumes decided here */
-	pg_atomic_uint64 waits;		/* waits for a consume in flight */
-	pg_atomic_uint64 fell_back;	/* consumes sent to the row lock */
-	pg_atomic_uint64 lockers;	/* deciders registered as lockers */
-	pg_atomic_uint64 overflowed;	/* lockers that found no room */
-	InflightEntry entries[FLEXIBLE_ARRAY_MEMBER];
-} InflightState;
 
 /* What this transaction registered, to take out when it ends. */
 typedef struct InflightRegistration
@@ -157,7 +50,7 @@ static int	inflight_periods = 1024;
 /* flagmeter.lock_free_consume */
 static bool lock_free_consume = true;
 
-static InflightState *state = NULL;
+FmInflightState *fm_inflight_state = NULL;
 
 static InflightRegistration *registrations = NULL;
 static int	nregistrations = 0;
@@ -176,8 +69,8 @@ table_entries(void)
 static Size
 table_size(void)
 {
-	return add_size(offsetof(InflightState, entries),
-					mul_size(table_entries(), sizeof(InflightEntry)));
+	return add_size(offsetof(FmInflightState, entries),
+					mul_size(table_entries(), sizeof(FmInflightEntry)));
 }
 
 static void
@@ -198,25 +91,25 @@ inflight_startup(void)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	state = ShmemInitStruct("flagmeter consumes in flight", table_size(), &found);
+	fm_inflight_state = ShmemInitStruct("flagmeter consumes in flight", table_size(), &found);
 	if (!found)
 	{
-		memset(state, 0, table_size());
-		state->locks = GetNamedLWLockTranche("flagmeter_inflight");
-		state->nentries = table_entries();
-		pg_atomic_init_u32(&state->overflow_lockers, 0);
-		pg_atomic_init_u64(&state->overflow_started, 0);
-		pg_atomic_init_u64(&state->lock_free, 0);
-		pg_atomic_init_u64(&state->waits, 0);
-		pg_atomic_init_u64(&state->fell_back, 0);
-		pg_atomic_init_u64(&state->lockers, 0);
-		pg_atomic_init_u64(&state->overflowed, 0);
+		memset(fm_inflight_state, 0, table_size());
+		fm_inflight_state->locks = GetNamedLWLockTranche("flagmeter_inflight");
+		fm_inflight_state->nentries = table_entries();
+		pg_atomic_init_u32(&fm_inflight_state->overflow_lockers, 0);
+		pg_atomic_init_u64(&fm_inflight_state->overflow_started, 0);
+		pg_atomic_init_u64(&fm_inflight_state->lock_free, 0);
+		pg_atomic_init_u64(&fm_inflight_state->waits, 0);
+		pg_atomic_init_u64(&fm_inflight_state->fell_back, 0);
+		pg_atomic_init_u64(&fm_inflight_state->lockers, 0);
+		pg_atomic_init_u64(&fm_inflight_state->overflowed, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
 
-static uint64
-period_key(const char *tenant, const char *meter, TimestampTz period_start)
+uint64
+fm_inflight_period_key(const char *tenant, const char *meter, TimestampTz period_start)
 {
 	uint64		h = hash_bytes_extended((const unsigned char *) tenant, strlen(tenant),
 										MyDatabaseId);
@@ -228,15 +121,15 @@ period_key(const char *tenant, const char *meter, TimestampTz period_start)
 	return h == 0 ? 1 : h;
 }
 
-static LWLock *
-partition_lock(uint64 key)
+LWLock *
+fm_inflight_partition_lock(uint64 key)
 {
-	return &state->locks[key % FM_INFLIGHT_PARTITIONS].lock;
+	return &fm_inflight_state->locks[key % FM_INFLIGHT_PARTITIONS].lock;
 }
 
 /* Unused, and no snapshot can miss the lock-free consumes it saw. */
 static bool
-evictable(const InflightEntry *e)
+evictable(const FmInflightEntry *e)
 {
 	return e->nslots == 0 &&
 		(!TransactionIdIsValid(e->max_xid) ||
@@ -248,10 +141,10 @@ evictable(const InflightEntry *e)
  * create; -1 when there is none.  Under key's partition lock.  An entry of
  * partition p sits at an index i with i % FM_INFLIGHT_PARTITIONS == p.
  */
-static int
-find_entry(uint64 key, bool create)
+int
+fm_inflight_find_entry(uint64 key, bool create)
 {
-	int			per_partition = state->nentries / FM_INFLIGHT_PARTITIONS;
+	int			per_partition = fm_inflight_state->nentries / FM_INFLIGHT_PARTITIONS;
 	int			partition = key % FM_INFLIGHT_PARTITIONS;
 	int			base = (key / FM_INFLIGHT_PARTITIONS) % per_partition;
 	int			room = -1;
@@ -260,7 +153,7 @@ find_entry(uint64 key, bool create)
 	for (k = 0; k < Min(FM_INFLIGHT_PROBES, per_partition); k++)
 	{
 		int			i = partition + FM_INFLIGHT_PARTITIONS * ((base + k) % per_partition);
-		InflightEntry *e = &state->entries[i];
+		FmInflightEntry *e = &fm_inflight_state->entries[i];
 
 		if (e->key == key)
 			return i;
@@ -269,29 +162,29 @@ find_entry(uint64 key, bool create)
 	}
 	if (!create || room < 0)
 		return -1;
-	state->entries[room].key = key;
-	state->entries[room].incarnation++;
-	state->entries[room].max_xid = InvalidTransactionId;
-	state->entries[room].nslots = 0;
-	state->entries[room].nended = 0;
-	state->entries[room].lockers_ended = 0;
+	fm_inflight_state->entries[room].key = key;
+	fm_inflight_state->entries[room].incarnation++;
+	fm_inflight_state->entries[room].max_xid = InvalidTransactionId;
+	fm_inflight_state->entries[room].nslots = 0;
+	fm_inflight_state->entries[room].nended = 0;
+	fm_inflight_state->entries[room].lockers_ended = 0;
 	return room;
 }
 
 /* An entry with nothing in flight and no lock-free consume to remember is free. */
-static void
-free_if_unused(InflightEntry *e)
+void
+fm_inflight_free_if_unused(FmInflightEntry *e)
 {
 	if (e->nslots == 0 && !TransactionIdIsValid(e->max_xid))
 		e->key = 0;
 }
 
 static void
-remove_slot(InflightEntry *e, int s)
+remove_slot(FmInflightEntry *e, int s)
 {
 	if (!e->slots[s].locker)
 	{
-		InflightEnded *ended = &e->ended[e->nended++ % FM_INFLIGHT_ENDED];
+		FmInflightEnded *ended = &e->ended[e->nended++ % FM_INFLIGHT_ENDED];
 
 		ended->xid = e->slots[s].xid;
 		ended->amount = e->slots[s].amount;
@@ -299,7 +192,7 @@ remove_slot(InflightEntry *e, int s)
 	else
 		e->lockers_ended++;
 	e->slots[s] = e->slots[--e->nslots];
-	free_if_unused(e);
+	fm_inflight_free_if_unused(e);
 }
 
 /*
@@ -311,9 +204,9 @@ remove_slot(InflightEntry *e, int s)
  * (when not NULL) and their transactions into xids[] (*nxids); returns
  * whether a locker is among them.
  */
-static bool
-scan_slots(InflightEntry *e, Snapshot snapshot, TimestampTz now, FmCounter *in_flight,
-		   TransactionId *xids, int *nxids)
+bool
+fm_inflight_scan_slots(FmInflightEntry *e, Snapshot snapshot, TimestampTz now, FmCounter *in_flight,
+					   TransactionId *xids, int *nxids)
 {
 	bool		locker = false;
 	int			s = 0;
@@ -321,7 +214,7 @@ scan_slots(InflightEntry *e, Snapshot snapshot, TimestampTz now, FmCounter *in_f
 	*nxids = 0;
 	while (s < e->nslots)
 	{
-		InflightSlot *slot = &e->slots[s];
+		FmInflightSlot *slot = &e->slots[s];
 
 		if (TransactionIdIsCurrentTransactionId(slot->xid))
 			s++;
@@ -343,51 +236,8 @@ scan_slots(InflightEntry *e, Snapshot snapshot, TimestampTz now, FmCounter *in_f
 	return locker;
 }
 
-/*
- * The second look of a lock-free consume that read the period outside the
- * lock in snapshot (taken under it, when the entry had ended nended
- * consumes): every slot of another transaction counts, none of them can
- * be in what the snapshot showed (the first look removed those that
- * ended before it, and the others registered after it), and of the
- * consumes taken out since, those that committed after the snapshot.
- * Amounts go into *in_flight, the slots' transactions into xids[];
- * returns whether a locker is among them.
- */
-static bool
-count_in_flight(const InflightEntry *e, Snapshot snapshot, uint64 nended,
-				TimestampTz now, FmCounter *in_flight, TransactionId *xids, int *nxids)
-{
-	bool		locker = false;
-	uint64		n;
-	int			s;
-
-	*nxids = 0;
-	for (s = 0; s < e->nslots; s++)
-	{
-		const InflightSlot *slot = &e->slots[s];
-
-		if (TransactionIdIsCurrentTransactionId(slot->xid))
-			continue;
-		if (slot->locker)
-			locker = true;
-		else
-		{
-			fm_counter_report(fm_counter_add_event(in_flight, slot->amount, now));
-			xids[(*nxids)++] = slot->xid;
-		}
-	}
-	for (n = nended; n < e->nended; n++)
-	{
-		const InflightEnded *ended = &e->ended[n % FM_INFLIGHT_ENDED];
-
-		if (XidInMVCCSnapshot(ended->xid, snapshot) && TransactionIdDidCommit(ended->xid))
-			fm_counter_report(fm_counter_add_event(in_flight, ended->amount, now));
-	}
-	return locker;
-}
-
-static void
-add_registration(int index, uint64 key, TransactionId xid, bool reservation)
+void
+fm_inflight_add_registration(int index, uint64 key, TransactionId xid, bool reservation)
 {
 	if (nregistrations == maxregistrations)
 	{
@@ -411,7 +261,7 @@ add_registration(int index, uint64 key, TransactionId xid, bool reservation)
  * committed child's (whose registration now belongs to this one).
  */
 static bool
-has_locker_slot(const InflightEntry *e)
+has_locker_slot(const FmInflightEntry *e)
 {
 	int			s;
 
@@ -428,19 +278,13 @@ has_locker_slot(const InflightEntry *e)
  * waiting for, must not wait itself.  (Waiting while registered as a
  * locker is what the row lock made others do anyway.)
  */
-typedef enum RegistrationKind
-{
-	RESERVATION,
-	OVERFLOW_LOCKER
-} RegistrationKind;
-
-static bool
-has_registration(RegistrationKind kind)
+bool
+fm_inflight_has_registration(FmInflightRegistrationKind kind)
 {
 	int			i;
 
 	for (i = 0; i < nregistrations; i++)
-		if (kind == RESERVATION ? registrations[i].reservation : registrations[i].index < 0)
+		if (kind == FM_INFLIGHT_RESERVATION ? registrations[i].reservation : registrations[i].index < 0)
 			return true;
 	return false;
 }
@@ -451,8 +295,8 @@ has_registration(RegistrationKind kind)
  * added up, so that many consumes in one transaction do not fill the
  * entry.
  */
-static bool
-add_slot(InflightEntry *e, TransactionId xid, bool locker, int64 amount)
+bool
+fm_inflight_add_slot(FmInflightEntry *e, TransactionId xid, bool locker, int64 amount)
 {
 	int			s;
 
@@ -474,17 +318,17 @@ static void
 end_registration(const InflightRegistration *r)
 {
 	LWLock	   *lock;
-	InflightEntry *e;
+	FmInflightEntry *e;
 	int			s;
 
 	if (r->index < 0)
 	{
-		pg_atomic_fetch_sub_u32(&state->overflow_lockers, 1);
+		pg_atomic_fetch_sub_u32(&fm_inflight_state->overflow_lockers, 1);
 		return;
 	}
-	lock = partition_lock(r->key);
+	lock = fm_inflight_partition_lock(r->key);
 	LWLockAcquire(lock, LW_EXCLUSIVE);
-	e = &state->entries[r->index];
+	e = &fm_inflight_state->entries[r->index];
 	if (e->key == r->key)
 	{
 		s = 0;
@@ -598,251 +442,8 @@ fm_inflight_init(void)
 bool
 fm_inflight_consume_enabled(void)
 {
-	return state != NULL && lock_free_consume && !IsolationUsesXactSnapshot() &&
+	return fm_inflight_state != NULL && lock_free_consume && !IsolationUsesXactSnapshot() &&
 		!XactReadOnly;
-}
-
-/*
- * One lock-free consume's view of its period, from its first look to its
- * decision: which period and entry, the snapshot it read the period in
- * and what the entry said then, what has committed in it and what counts
- * (committed and in flight), and the transactions in flight it may wait
- * for.
- */
-typedef struct InflightLook
-{
-	const char *tenant;
-	const char *meter;
-	TimestampTz period_start;
-	TimestampTz now;
-	uint64		key;
-	LWLock	   *lock;
-	int			index;
-	Snapshot	snapshot;
-	uint64		incarnation;
-	uint64		nended;
-	uint64		lockers_ended;
-	uint64		overflow_started;
-	FmCounter	committed;
-	FmCounter	counted;
-	TransactionId xids[FM_INFLIGHT_SLOTS];
-	int			nxids;
-} InflightLook;
-
-/* Let go of the lock (and of e when unused) and send the consume to the row lock. */
-static void
-fall_back(LWLock *lock, InflightEntry *e, Snapshot snapshot)
-{
-	if (e)
-		free_if_unused(e);
-	if (snapshot)
-		UnregisterSnapshot(snapshot);
-	LWLockRelease(lock);
-	pg_atomic_fetch_add_u64(&state->fell_back, 1);
-}
-
-/*
- * Under the lock, with look->index found (-1: none, or no room): a
- * snapshot taken now, and the slots of consumes that ended before it
- * removed (the others' amounts into in_flight when not NULL).  The entry;
- * NULL, fallen back to the row lock, when there is none, a locker is in
- * flight on it, or it is full.
- */
-static InflightEntry *
-snapshot_entry(InflightLook *look, FmCounter *in_flight)
-{
-	InflightEntry *e;
-
-	if (look->index < 0)
-	{
-		fall_back(look->lock, NULL, NULL);
-		return NULL;
-	}
-	e = &state->entries[look->index];
-	look->snapshot = RegisterSnapshot(GetLatestSnapshot());
-	if (scan_slots(e, look->snapshot, look->now, in_flight, look->xids, &look->nxids) ||
-		e->nslots == FM_INFLIGHT_SLOTS)
-	{
-		fall_back(look->lock, e, look->snapshot);
-		return NULL;
-	}
-	return e;
-}
-
-/*
- * First look, under the lock: the snapshot, taken there, and the slots of
- * consumes that ended before it removed.  The period is read in it with
- * the lock let go (the read was half of the time the lock was held, and
- * consumes of a hot tenant queued for it).  False when the consume falls
- * back to the row lock.
- */
-static bool
-first_look(InflightLook *look)
-{
-	InflightEntry *e;
-
-	LWLockAcquire(look->lock, LW_EXCLUSIVE);
-	look->index = pg_atomic_read_u32(&state->overflow_lockers) > 0 ? -1 :
-		find_entry(look->key, true);
-	e = snapshot_entry(look, NULL);
-	if (e == NULL)
-		return false;
-	look->incarnation = e->incarnation;
-	look->nended = e->nended;
-	look->lockers_ended = e->lockers_ended;
-	look->overflow_started = pg_atomic_read_u64(&state->overflow_started);
-	LWLockRelease(look->lock);
-
-	look->committed = fm_scan_period(look->tenant, look->meter, look->period_start,
-									 look->snapshot);
-	return true;
-}
-
-/*
- * The second look's way when the first one's read no longer tells what
- * committed: the period read again, under the lock, in a snapshot taken
- * now, with what is in flight in it.  The entry, the lock still held; NULL
- * when the consume fell back to the row lock.
- */
-static InflightEntry *
-read_again_under_lock(InflightLook *look)
-{
-	InflightEntry *e;
-
-	UnregisterSnapshot(look->snapshot);
-	look->index = find_entry(look->key, true);
-	e = snapshot_entry(look, &look->counted);
-	if (e == NULL)
-		return NULL;
-	look->committed = fm_scan_period(look->tenant, look->meter, look->period_start,
-									 look->snapshot);
-	return e;
-}
-
-/*
- * Second look: what is in flight now, and what committed since the
- * snapshot, into look->counted with the committed usage.  When the entry
- * was remade, more consumes ended than it remembers, or a decider under
- * the row lock came and went (what it wrote is known only to the rows),
- * the period is read again in a snapshot taken now, under the lock.  The
- * entry, its lock held; NULL when the consume fell back to the row lock.
- */
-static InflightEntry *
-second_look(InflightLook *look)
-{
-	InflightEntry *e;
-
-	LWLockAcquire(look->lock, LW_EXCLUSIVE);
-	if (pg_atomic_read_u32(&state->overflow_lockers) > 0)
-	{
-		fall_back(look->lock, NULL, look->snapshot);
-		return NULL;
-	}
-	e = &state->entries[look->index];
-	look->counted = fm_empty_counter();
-	if (e->key != look->key || e->incarnation != look->incarnation ||
-		e->nended - look->nended > FM_INFLIGHT_ENDED ||
-		e->lockers_ended != look->lockers_ended ||
-		pg_atomic_read_u64(&state->overflow_started) != look->overflow_started)
-	{
-		e = read_again_under_lock(look);
-		if (e == NULL)
-			return NULL;
-	}
-	else if (count_in_flight(e, look->snapshot, look->nended, look->now, &look->counted,
-							 look->xids, &look->nxids) ||
-			 e->nslots == FM_INFLIGHT_SLOTS)
-	{
-		fall_back(look->lock, e, look->snapshot);
-		return NULL;
-	}
-	UnregisterSnapshot(look->snapshot);
-	fm_counter_report(fm_counter_merge(&look->counted, &look->committed));
-	return e;
-}
-
-/*
- * Granted: a hard limit's consume records its amount in the entry, under
- * its transaction id, before the lock is let go; the registration takes it
- * out when the transaction ends.
- */
-static FmInflightOutcome
-grant(InflightLook *look, InflightEntry *e, int64 amount, bool bounded)
-{
-	TransactionId xid = InvalidTransactionId;
-
-	if (bounded)
-	{
-		/*
-		 * Only now: a refusal writes nothing, and commits without a
-		 * transaction id or a flush.  Assigned before the lock is let go, so
-		 * the next decider's snapshot shows it in progress.
-		 */
-		xid = GetCurrentTransactionId();
-		add_slot(e, xid, false, amount);
-		if (!TransactionIdIsValid(e->max_xid) ||
-			TransactionIdFollows(xid, e->max_xid))
-			e->max_xid = xid;
-	}
-	else
-		free_if_unused(e);
-	LWLockRelease(look->lock);
-	if (bounded)
-		add_registration(look->index, look->key, xid, true);
-	pg_atomic_fetch_add_u64(&state->lock_free, 1);
-	return FM_INFLIGHT_GRANTED;
-}
-
-/*
- * The steps of the file's header, 1 and 2: a first look under the lock
- * and a read of the period outside it, a second look under the lock, the
- * decision, and when only consumes in flight stand in the way, a wait for
- * one of them and the same again.
- */
-FmInflightOutcome
-fm_inflight_consume(const char *tenant, const char *meter, TimestampTz period_start,
-					TimestampTz period_end, const FmLimit *limit, int64 amount,
-					TimestampTz now, FmDecision *decision, FmCounter *after)
-{
-	InflightLook look;
-	bool		bounded = limit->limited && limit->hard;
-
-	look.tenant = tenant;
-	look.meter = meter;
-	look.period_start = period_start;
-	look.now = now;
-	look.key = period_key(tenant, meter, period_start);
-	look.lock = partition_lock(look.key);
-	for (;;)
-	{
-		InflightEntry *e;
-
-		if (!first_look(&look) || (e = second_look(&look)) == NULL)
-			return FM_INFLIGHT_FALL_BACK;
-
-		fm_decide(limit, &look.committed, amount, now, period_end, true, decision, after);
-		if (decision->granted)
-			fm_decide(limit, &look.counted, amount, now, period_end, true, decision, after);
-		else
-			look.nxids = 0;		/* refused on what has committed */
-		if (decision->granted)
-			return grant(&look, e, amount, bounded);
-		free_if_unused(e);
-		LWLockRelease(look.lock);
-
-		/*
-		 * Refused on what has committed, or with consumes in flight this
-		 * transaction might be waited for by: final.  Else wait for the first
-		 * in flight to end, and decide again.
-		 */
-		if (look.nxids == 0 || has_registration(RESERVATION))
-		{
-			pg_atomic_fetch_add_u64(&state->lock_free, 1);
-			return FM_INFLIGHT_REFUSED;
-		}
-		pg_atomic_fetch_add_u64(&state->waits, 1);
-		XactLockTableWait(look.xids[0], NULL, NULL, XLTW_None);
-	}
 }
 
 /*
@@ -851,7 +452,7 @@ fm_inflight_consume(const char *tenant, const char *meter, TimestampTz period_st
  * concurrent update of stripe 0 would.
  */
 static void
-fail_if_consume_missed(const InflightEntry *e, Snapshot xact_snapshot, LWLock *lock,
+fail_if_consume_missed(const FmInflightEntry *e, Snapshot xact_snapshot, LWLock *lock,
 					   const char *tenant, const char *meter)
 {
 	if (TransactionIdIsValid(e->max_xid) &&
@@ -876,52 +477,55 @@ fm_inflight_before_lock(const char *tenant, const char *meter, TimestampTz perio
 	TransactionId xid;
 	TransactionId xids[FM_INFLIGHT_SLOTS];
 	Snapshot	xact_snapshot = NULL;
-	bool		holder = has_registration(RESERVATION);
+	bool		holder = fm_inflight_has_registration(FM_INFLIGHT_RESERVATION);
 	bool		registered = false;
 	int			nxids = 0;
 	int			index;
 	int			i;
 
-	if (state == NULL)
+	if (fm_inflight_state == NULL)
 		return;
-	key = period_key(tenant, meter, period_start);
-	lock = partition_lock(key);
+	key = fm_inflight_period_key(tenant, meter, period_start);
+	lock = fm_inflight_partition_lock(key);
 	xid = GetCurrentTransactionId();
 	if (IsolationUsesXactSnapshot())
 		xact_snapshot = GetTransactionSnapshot();
 
 	LWLockAcquire(lock, LW_EXCLUSIVE);
-	index = find_entry(key, true);
+	index = fm_inflight_find_entry(key, true);
 	if (index >= 0)
 	{
-		InflightEntry *e = &state->entries[index];
+		FmInflightEntry *e = &fm_inflight_state->entries[index];
 		Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
 
-		scan_slots(e, snapshot, now, holder ? in_flight : NULL, xids, &nxids);
+		fm_inflight_scan_slots(e, snapshot, now, holder ? in_flight : NULL, xids, &nxids);
 		UnregisterSnapshot(snapshot);
 		if (xact_snapshot)
 			fail_if_consume_missed(e, xact_snapshot, lock, tenant, meter);
 		if (has_locker_slot(e))
 			registered = true;
-		else if (!add_slot(e, xid, true, 0))
+		else if (!fm_inflight_add_slot(e, xid, true, 0))
 			index = -1;
 	}
-	if (index < 0 && has_registration(OVERFLOW_LOCKER))
+	if (index < 0 && fm_inflight_has_registration(FM_INFLIGHT_OVERFLOW_LOCKER))
 		registered = true;
 	else if (index < 0)
 	{
-		pg_atomic_fetch_add_u32(&state->overflow_lockers, 1);
-		pg_atomic_fetch_add_u64(&state->overflow_started, 1);
-		pg_atomic_fetch_add_u64(&state->overflowed, 1);
+		pg_atomic_fetch_add_u32(&fm_inflight_state->overflow_lockers, 1);
+		pg_atomic_fetch_add_u64(&fm_inflight_state->overflow_started, 1);
+		pg_atomic_fetch_add_u64(&fm_inflight_state->overflowed, 1);
 	}
 	LWLockRelease(lock);
 	if (!registered)
 	{
-		pg_atomic_fetch_add_u64(&state->lockers, 1);
-		add_registration(index, key, xid, false);
+		pg_atomic_fetch_add_u64(&fm_inflight_state->lockers, 1);
+		fm_inflight_add_registration(index, key, xid, false);
 	}
 
-	/* lock-free consumes in flight end before this reads (see the header) */
+	/*
+	 * lock-free consumes in flight end before this reads (see
+	 * inflight_internal.h)
+	 */
 	if (!(holder && in_flight))
 		for (i = 0; i < nxids; i++)
 			XactLockTableWait(xids[i], NULL, NULL, XLTW_None);
@@ -943,27 +547,27 @@ fm_consumes_in_flight(PG_FUNCTION_ARGS)
 
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "consumes_in_flight must return a composite type");
-	if (state)
+	if (fm_inflight_state)
 	{
-		int64		in_flight = pg_atomic_read_u32(&state->overflow_lockers);
+		int64		in_flight = pg_atomic_read_u32(&fm_inflight_state->overflow_lockers);
 		int			p,
 					i;
 
 		for (p = 0; p < FM_INFLIGHT_PARTITIONS; p++)
 		{
-			LWLockAcquire(&state->locks[p].lock, LW_SHARED);
-			for (i = p; i < state->nentries; i += FM_INFLIGHT_PARTITIONS)
-				if (state->entries[i].key != 0)
-					in_flight += state->entries[i].nslots;
-			LWLockRelease(&state->locks[p].lock);
+			LWLockAcquire(&fm_inflight_state->locks[p].lock, LW_SHARED);
+			for (i = p; i < fm_inflight_state->nentries; i += FM_INFLIGHT_PARTITIONS)
+				if (fm_inflight_state->entries[i].key != 0)
+					in_flight += fm_inflight_state->entries[i].nslots;
+			LWLockRelease(&fm_inflight_state->locks[p].lock);
 		}
-		values[0] = Int32GetDatum(state->nentries);
+		values[0] = Int32GetDatum(fm_inflight_state->nentries);
 		values[1] = Int64GetDatum(in_flight);
-		values[2] = Int64GetDatum((int64) pg_atomic_read_u64(&state->lock_free));
-		values[3] = Int64GetDatum((int64) pg_atomic_read_u64(&state->waits));
-		values[4] = Int64GetDatum((int64) pg_atomic_read_u64(&state->fell_back));
-		values[5] = Int64GetDatum((int64) pg_atomic_read_u64(&state->lockers));
-		values[6] = Int64GetDatum((int64) pg_atomic_read_u64(&state->overflowed));
+		values[2] = Int64GetDatum((int64) pg_atomic_read_u64(&fm_inflight_state->lock_free));
+		values[3] = Int64GetDatum((int64) pg_atomic_read_u64(&fm_inflight_state->waits));
+		values[4] = Int64GetDatum((int64) pg_atomic_read_u64(&fm_inflight_state->fell_back));
+		values[5] = Int64GetDatum((int64) pg_atomic_read_u64(&fm_inflight_state->lockers));
+		values[6] = Int64GetDatum((int64) pg_atomic_read_u64(&fm_inflight_state->overflowed));
 		memset(nulls, 0, sizeof(nulls));
 	}
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
