@@ -34,6 +34,7 @@ OBJS = \
 	src/review.o \
 	src/track.o \
 	src/track_batch.o \
+	src/consume_one.o \
 	src/consume.o \
 	src/consume_batch.o \
 	src/grants.o \
