@@ -246,7 +246,7 @@ deconstruct_arg(FunctionCallInfo fcinfo, int argno, const char *what, Oid elemty
 	deconstruct_array(arr, elemtype, typlen, typbyval, typalign, elems, isnull, n);
 }
 
-char **
+char	  **
 fm_arg_text_array(FunctionCallInfo fcinfo, int argno, const char *what, int *n,
 				  bool nulls_allowed)
 {
@@ -350,7 +350,7 @@ fm_arg_batch_rows(FunctionCallInfo fcinfo, char ***tenants, char ***meters,
 	return n;
 }
 
-char **
+char	  **
 fm_arg_key_array(FunctionCallInfo fcinfo, int argno, int expected)
 {
 	char	  **keys;

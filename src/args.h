@@ -67,8 +67,10 @@ extern void fm_check_array_length(const char *what, int n, int expected);
  */
 extern int	fm_arg_batch_rows(FunctionCallInfo fcinfo, char ***tenants, char ***meters,
 							  int64 **amounts, bool zero_allowed);
+
 /* idempotency_keys[] of expected elements, NULL elements allowed; NULL: none */
 extern char **fm_arg_key_array(FunctionCallInfo fcinfo, int argno, int expected);
+
 /* an int4 array of expected elements without NULLs; NULL when the argument is */
 extern int32 *fm_arg_int4_array(FunctionCallInfo fcinfo, int argno, const char *what,
 								int expected);

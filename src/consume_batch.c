@@ -176,9 +176,9 @@ fm_consume_batch(PG_FUNCTION_ARGS)
 		check_item(&items[k], tenants, meters, keys);
 
 	/*
-	 * Unknown meters, too, before the first item is recorded (consume
-	 * checks them when it loads the limit, as here; the limits come from
-	 * the backend's cache, which the items then hit).
+	 * Unknown meters, too, before the first item is recorded (consume checks
+	 * them when it loads the limit, as here; the limits come from the
+	 * backend's cache, which the items then hit).
 	 */
 	fm_lock_counters_for_write();
 	for (i = 0; i < n; i++)
@@ -189,11 +189,10 @@ fm_consume_batch(PG_FUNCTION_ARGS)
 	}
 
 	/*
-	 * Then every period the items decide on, locked in one order: items
-	 * come in whatever order callers arrived, and two calls locking one
-	 * tenant's row each as they meet them could each wait for the other.
-	 * Each tenant's lock is waited for once, here; the items then find it
-	 * held.
+	 * Then every period the items decide on, locked in one order: items come
+	 * in whatever order callers arrived, and two calls locking one tenant's
+	 * row each as they meet them could each wait for the other. Each tenant's
+	 * lock is waited for once, here; the items then find it held.
 	 */
 	fm_lock_consume_periods(tenants, meters, n);
 

@@ -250,7 +250,7 @@ fm_grants_try_draw(FmGrantsHeld *held, int64 amount)
 		fm_execute(&draw_stmt, args, NULL, false, 0);
 		if (SPI_processed != 1)
 		{
-			/* spent or voided meanwhile: take back what was drawn, nothing stands */
+			/* spent or voided meanwhile: nothing drawn stands */
 			for (; k < held->n; k++)
 				held->taken[order[k]] = 0;	/* not written */
 			fm_grants_undo_draw(held);

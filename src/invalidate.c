@@ -35,7 +35,7 @@ key_columns(TriggerData *trigdata, int *ncolumns)
 {
 	Relation	rel = trigdata->tg_relation;
 	TupleDesc	desc = RelationGetDescr(rel);
-	Trigger	   *trigger = trigdata->tg_trigger;
+	Trigger    *trigger = trigdata->tg_trigger;
 	int		   *attnums;
 	int			i;
 

@@ -62,6 +62,7 @@ typedef struct FmQuotaEvent
 	const char *mode;			/* "hard" or "soft" */
 	int			nthresholds;	/* -1: absent */
 	int			thresholds[FM_MAX_THRESHOLDS];
+
 	/*
 	 * feature_changed: the plan's row for the feature (tenant NULL) or the
 	 * tenant's override of it (has_enabled false: the row is gone), now

@@ -41,7 +41,7 @@ fm_pool_fold_decision(FmDecision *decision, const FmDecision *pool)
 	}
 	else if (decision->reason == FM_REASON_UNLIMITED)
 		decision->reason = pool->reason;	/* the pool is what limits it */
-	/* what is left to spend is the pool's, when the pool has a limit or grants */
+	/* the pool's balance, when it has a limit or grants, is what is left */
 	decision->from_grants = pool->from_grants;
 	if (pool->has_balance)
 	{

@@ -83,7 +83,7 @@ typedef struct LockedReservation
 
 /* Lock reservation id (inside SPI); 42704 when there is none. */
 static void
-lock_reservation(int64 id, LockedReservation * r)
+lock_reservation(int64 id, LockedReservation *r)
 {
 	Datum		args[1];
 	HeapTuple	row;

@@ -282,12 +282,20 @@ fm_shared_limits_seen_by(Snapshot snapshot)
 
 	if (!shared_limits)
 		return false;
-	/* after the caller's read of the generation (see invalidate_shared_limits) */
+
+	/*
+	 * after the caller's read of the generation (see
+	 * invalidate_shared_limits)
+	 */
 	pg_read_barrier();
 	below = pg_atomic_read_u64(&state->changed_below);
 	if (below == 0)
 		return true;
-	/* the snapshot's xmin as a full id: it is at most next, and within 2^31 of it */
+
+	/*
+	 * the snapshot's xmin as a full id: it is at most next, and within 2^31
+	 * of it
+	 */
 	next = ReadNextFullTransactionId();
 	xmin = U64FromFullTransactionId(next) -
 		(uint32) (XidFromFullTransactionId(next) - snapshot->xmin);
