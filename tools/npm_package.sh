@@ -35,7 +35,7 @@ readme_block() {
 echo "==> npm pack clients/node"
 tarball=$(cd "$root/clients/node" && npm pack --silent --pack-destination "$work")
 tarball=$work/$tarball
-unexpected=$(tar -tzf "$tarball" | grep -vE '^package/(package\.json|README\.md|LICENSE|src/.*\.(js|mjs|d\.ts|d\.mts))$' || true)
+unexpected=$(tar -tzf "$tarball" | grep -vE '^package/(package\.json|README\.md|LICENSE|src/.+\.(js|mjs|d\.ts|d\.mts))$' || true)
 for f in package.json README.md LICENSE src/index.js src/index.mjs src/index.d.ts src/interfaces.d.ts; do
 	tar -tzf "$tarball" "package/$f" >/dev/null 2>&1 || {
 		echo "the package lacks $f" >&2
