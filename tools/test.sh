@@ -55,6 +55,12 @@
 #              README, LICENSE and src/ only; installed into an empty
 #              project, it runs README.md's quick start (SQL, then Node)
 #              against this cluster; one test
+#   doc_examples  tools/run_doc_examples.py: the ```sql blocks of every
+#              docs/guides/*.md and docs/reference/*.md run in order with
+#              psql (ON_ERROR_STOP), each file in a fresh database with the
+#              extension; a block marked <!-- not run: reason --> is skipped;
+#              one test, failed naming the file and line of the block that
+#              errors
 #   dashboard  the reference app's node:test suite (examples/dashboard,
 #              `npm test`: API, webhooks, browser, faults on a cluster of its
 #              own as above) against this cluster; one test
@@ -307,6 +313,15 @@ run_npm_package() {
 		bash "$FM_SRC/tools/npm_package.sh" "$FM_TMP/npm-package"
 }
 
+# run_doc_examples: tools/run_doc_examples.py, the docs' SQL examples, as
+# the tree's owner, against this cluster over TCP (PGHOST, PGPORT, PGUSER).
+run_doc_examples() {
+	local as=()
+	host_as_tree_owner as
+	"${as[@]}" env HOME="$FM_TMP" TMPDIR="$FM_TMP" PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" \
+		python3 -B "$FM_SRC/tools/run_doc_examples.py"
+}
+
 # run_dashboard: the reference app's suite (examples/dashboard: API tests
 # with two app instances, webhooks, Debian's chromium driving the page) on
 # this machine, as run_node_client runs the client's.  As root chromium is
@@ -367,6 +382,9 @@ run_host_suites() {
 	fi
 	if has_files "$FM_SRC/tools/npm_package.sh"; then
 		PGHOST=127.0.0.1 PGPORT=$FM_PORT PGUSER=$FM_PG_ROLE run_check npm_package run_npm_package
+	fi
+	if has_files "$FM_SRC/tools/run_doc_examples.py"; then
+		PGHOST=127.0.0.1 PGPORT=$FM_PORT PGUSER=$FM_PG_ROLE run_check doc_examples run_doc_examples
 	fi
 	if has_files "$FM_SRC/examples/dashboard/package.json"; then
 		PGHOST=127.0.0.1 PGPORT=$FM_PORT PGUSER=$FM_PG_ROLE run_check dashboard run_dashboard
