@@ -117,12 +117,13 @@ bench:
 indent:
 	bash tools/pgindent.sh
 
-# The checks that read the tree and need no server, all four with a line of
+# The checks that read the tree and need no server, all five with a line of
 # summary each (tools/check_static.sh), or one by one: the C as pgindent
 # leaves it and typedefs.list complete; contrib/plproxy/proxy.sql against
 # the functions it routes to; docs/architecture.md naming what exists; the
-# reference (docs/reference/) documenting every function and setting.
-.PHONY: check-static check-indent check-proxy check-docs check-reference package
+# reference (docs/reference/) documenting every function and setting; the
+# version of every file that states it the Makefile's EXTVERSION.
+.PHONY: check-static check-indent check-proxy check-docs check-reference check-versions package
 check-static:
 	bash tools/check_static.sh
 
@@ -135,6 +136,9 @@ check-proxy:
 check-docs:
 	python3 -B tools/check_docs_map.py
 
+check-versions:
+	bash tools/check_versions.sh
+
 check-reference:
 	perl tools/check_reference.pl
 
@@ -145,3 +149,22 @@ package:
 
 # Fuzzing the quota_counter parsers (libFuzzer, clang): see fuzz/fuzz.mk.
 -include fuzz/fuzz.mk
+
+# The PGXN source archive, dist/flagmeter-$(EXTVERSION).zip: what git tracks at
+# HEAD under flagmeter-$(EXTVERSION)/ (no .git, node_modules or dist/), after
+# the version check (tools/check_versions.sh) and META.json against the PGXN
+# Meta Spec (tools/check_meta.py); every file META.json's provides names must
+# be in it.
+.PHONY: dist
+DIST = dist/$(EXTENSION)-$(EXTVERSION).zip
+dist:
+	bash tools/check_versions.sh
+	python3 -B tools/check_meta.py META.json
+	@git diff --quiet HEAD -- || echo "note: uncommitted changes are not in $(DIST) (it is HEAD)"
+	mkdir -p dist
+	git archive --format=zip --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(DIST) HEAD
+	@for f in $$(python3 -c 'import json; print(" ".join(p["file"] for p in json.load(open("META.json"))["provides"].values()))') \
+		META.json Makefile $(EXTENSION).control; do \
+		unzip -l $(DIST) "$(EXTENSION)-$(EXTVERSION)/$$f" >/dev/null || { echo "$(DIST) lacks $$f"; exit 1; }; \
+	done
+	@echo "$(DIST): $$(unzip -Z1 $(DIST) | grep -vc '/$$') files, $$(du -k $(DIST) | cut -f1) kB"

@@ -13,6 +13,9 @@
 #   reference  tools/check_reference.pl: docs/reference/ documents every
 #           function and setting of the extension, names none that does not
 #           exist, and the user docs' links resolve
+#   versions   tools/check_versions.sh: flagmeter.control, META.json,
+#           clients/node/package.json, flagmeter_proxy.control and
+#           debian/changelog state the Makefile's EXTVERSION
 #
 # Each check's own output (a diff, the list of what is wrong) is printed
 # above the summary when it fails.  CHECKS="indent docs" runs only those.
@@ -28,8 +31,9 @@ declare -A command=(
 	[proxy]="python3 -B tools/check_proxy_stubs.py"
 	[docs]="python3 -B tools/check_docs_map.py"
 	[reference]="perl tools/check_reference.pl"
+	[versions]="bash tools/check_versions.sh"
 )
-read -r -a checks <<<"${CHECKS:-indent proxy docs reference}"
+read -r -a checks <<<"${CHECKS:-indent proxy docs reference versions}"
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -37,7 +41,7 @@ summary=()
 failed=0
 for check in "${checks[@]}"; do
 	if [[ -z ${command[$check]:-} ]]; then
-		echo "unknown check: $check (indent, proxy, docs, reference)" >&2
+		echo "unknown check: $check (indent, proxy, docs, reference, versions)" >&2
 		exit 2
 	fi
 	if ${command[$check]} >"$out" 2>&1; then
