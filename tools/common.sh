@@ -182,14 +182,30 @@ run_build() {
 }
 
 # build_and_install: clean build with warnings as errors, then install into
-# the run's private PostgreSQL tree (fm_private_postgres).
+# the run's private PostgreSQL tree (fm_private_postgres).  The compiler's and
+# installer's lines are printed, unless FM_BUILD_LOG names a file (make demo
+# sets it): then they go there, one line per step is printed, and the log's
+# tail is shown if a step fails.
 build_and_install() {
-	fm_log "building flagmeter (WERROR=1) for PostgreSQL $FM_PG_MAJOR"
+	local step
+	if [[ -n ${FM_BUILD_LOG:-} ]]; then
+		: >"$FM_BUILD_LOG"
+	fi
+	fm_log "building flagmeter (WERROR=1) for PostgreSQL $FM_PG_MAJOR${FM_BUILD_LOG:+ (log: $FM_BUILD_LOG)}"
 	# The copy may carry objects from the working tree: start from scratch.
 	run_build make -C "$FM_SRC" --no-print-directory PG_CONFIG="$FM_PG_CONFIG" clean >/dev/null
-	run_build make -C "$FM_SRC" --no-print-directory WERROR=1 PG_CONFIG="$FM_PG_CONFIG"
-	fm_log "installing flagmeter"
-	run_build make -C "$FM_SRC" --no-print-directory WERROR=1 PG_CONFIG="$FM_PG_CONFIG" install
+	for step in build install; do
+		[[ $step == install ]] && fm_log "installing flagmeter"
+		local args=(make -C "$FM_SRC" --no-print-directory WERROR=1 PG_CONFIG="$FM_PG_CONFIG")
+		[[ $step == install ]] && args+=(install)
+		if [[ -z ${FM_BUILD_LOG:-} ]]; then
+			run_build "${args[@]}"
+		elif ! run_build "${args[@]}" >>"$FM_BUILD_LOG" 2>&1; then
+			tail -n 30 "$FM_BUILD_LOG" >&2
+			fm_err "the $step failed; the whole log is $FM_BUILD_LOG"
+			return 1
+		fi
+	done
 }
 
 # fm_chown_workdir: as root, give the temp dir to the unprivileged user so it

@@ -2,7 +2,9 @@
 # tools/demo.sh -- what `make demo` runs.
 #
 # Same setup as `make test` (see tools/common.sh): install missing Debian
-# packages, build with -Werror and install, start a throwaway PostgreSQL 15
+# packages, build with -Werror and install (the build's lines in
+# /tmp/flagmeter-demo-build.log, FM_BUILD_LOG, one line per step on the
+# screen), start a throwaway PostgreSQL 15
 # cluster with pg_cron preloaded as an unprivileged user.  Then, in the
 # database flagmeter_demo with the flagmeter extension:
 #
@@ -38,6 +40,10 @@ LOAD_RATE=400
 UPGRADE_AFTER=2.5
 
 LISTENER_PID=
+
+# The build's and install's lines go to this file, not the screen
+# (build_and_install in tools/common.sh); it stays after the demo.
+FM_BUILD_LOG=${FM_BUILD_LOG:-/tmp/flagmeter-demo-build.log}
 
 # stop_listener: ask the listener to finish (stop file), wait for it a few
 # seconds.  Should it still run (it cannot outlive the server: psql exits
