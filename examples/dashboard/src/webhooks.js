@@ -86,7 +86,7 @@ class WebhookDeliverer {
     this._closed = false
     this._busy = new Map() // "webhook/tenant" -> promise of its attempt
     this._aborts = new Set()
-    this._sleepers = new Set()
+    this._sleepers = new Map() // wake -> whether a kick wakes it
     this._kicked = false
     this._loop = null
   }
@@ -104,7 +104,7 @@ class WebhookDeliverer {
   /** New quota events may be in the outbox: look now rather than at the next poll. */
   kick () {
     this._kicked = true
-    this._wakeAll()
+    this._wakeAll(true)
   }
 
   async close () {
@@ -114,23 +114,28 @@ class WebhookDeliverer {
     if (this._loop) await this._loop
   }
 
-  /** Resolves after ms, or at once on kick() or close(); its timer never outlives it. */
-  _sleep (ms) {
-    if (this._closed || this._kicked) return Promise.resolve()
+  /**
+   * Resolves after ms, or at once on close() and, when wakeOnKick, on
+   * kick(); its timer never outlives it.  Only the deliverer's loop wakes on
+   * a kick (and clears it): a standby or a reconnect cannot act on new
+   * events, and one that woke would find the kick still set and spin.
+   */
+  _sleep (ms, wakeOnKick = true) {
+    if (this._closed || (wakeOnKick && this._kicked)) return Promise.resolve()
     let timer
     let wake
     return new Promise((resolve) => {
       wake = resolve
       timer = setTimeout(resolve, ms)
-      this._sleepers.add(wake)
+      this._sleepers.set(wake, wakeOnKick)
     }).finally(() => {
       clearTimeout(timer)
       this._sleepers.delete(wake)
     })
   }
 
-  _wakeAll () {
-    for (const wake of this._sleepers) wake()
+  _wakeAll (kick = false) {
+    for (const [wake, wakeOnKick] of this._sleepers) if (!kick || wakeOnKick) wake()
   }
 
   async _run () {
@@ -146,7 +151,7 @@ class WebhookDeliverer {
         await this._client.end().catch(() => {})
         this._client = null
       }
-      await this._sleep(this._lockRetryMs)
+      await this._sleep(this._lockRetryMs, false)
     }
   }
 
@@ -164,7 +169,7 @@ class WebhookDeliverer {
     while (!this._closed && !this._leader) {
       const { rows } = await client.query(`SELECT pg_try_advisory_lock(${LOCK_KEY}) AS ok`)
       this._leader = rows[0].ok
-      if (!this._leader) await Promise.race([this._sleep(this._lockRetryMs), gone])
+      if (!this._leader) await Promise.race([this._sleep(this._lockRetryMs, false), gone])
     }
     while (!this._closed) {
       if (lost) throw lost

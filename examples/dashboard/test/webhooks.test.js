@@ -131,3 +131,32 @@ test('one deliverer across instances; a restart neither loses nor floods', async
   const locks = await db.query("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted")
   assert.equal(locks.rows[0].n, 1)
 })
+
+// Transactions the database committed, as its statistics have them.
+async function commits () {
+  await db.query('SELECT pg_stat_clear_snapshot()')
+  const { rows } = await db.query('SELECT xact_commit::int AS n FROM pg_stat_database WHERE datname = current_database()')
+  return rows[0].n
+}
+
+test('idle, the deliverer and its standby look at the database about once a poll, kicked or not', async (t) => {
+  // every alert is out: nothing pending, so the deliverer has no retry due
+  // (the dead URL's alerts would be retried for ever: it goes)
+  await db.query("DELETE FROM dashboard.webhooks WHERE url LIKE '%/dead'")
+  await until(async () => {
+    const { rows } = await db.query('SELECT count(*)::int AS n FROM dashboard.webhook_cursors WHERE delivered_through < pending_through')
+    return rows[0].n === 0
+  }, 20000, 'the cursors to be drained')
+  // a quota event kicks both instances' deliverers (the standby's too)
+  await db.query("SELECT flagmeter.override_limit('initech', 'api_calls', 1000)")
+  await new Promise((resolve) => setTimeout(resolve, 1500))
+  const start = await commits()
+  await new Promise((resolve) => setTimeout(resolve, 4000))
+  const spent = (await commits()) - start
+  // at rest: the deliverer's scan, fill and next-due reads once a second
+  // (pollMs), the standby's lock attempt every 2 s, the apps' own reads;
+  // a deliverer that polled every 10 ms, or a kicked standby that retried
+  // its lock without sleeping, commits thousands in 4 s
+  t.diagnostic(`${spent} transactions in 4 s`)
+  assert.ok(spent < 100, `${spent} transactions in 4 s`)
+})

@@ -27,14 +27,15 @@ async function dueDeliveries (db, limit, busy, kinds) {
   return (await db.query({ text, values: [limit, busy, kinds], types })).rows
 }
 
-/** Milliseconds until the next retry is due (null: nothing pending). */
+/** Milliseconds until the next retry is due, 0 when overdue (null: nothing pending). */
 async function nextDueIn (db) {
+  // min() of no rows is NULL, which GREATEST would turn into 0 (due now)
   const { rows } = await db.query({
-    text: `SELECT GREATEST(0, extract(epoch FROM min(next_attempt_at) - now()) * 1000)::float8 AS ms
+    text: `SELECT (extract(epoch FROM min(next_attempt_at) - now()) * 1000)::float8 AS ms
            FROM dashboard.webhook_cursors WHERE delivered_through < pending_through`,
     types
   })
-  return rows[0].ms
+  return rows[0].ms === null ? null : Math.max(0, rows[0].ms)
 }
 
 module.exports = { dueDeliveries, nextDueIn }
