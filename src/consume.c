@@ -110,6 +110,7 @@ lock_for_consume(const char *tenant, const char *meter, TimestampTz period_start
 	Snapshot	snapshot;
 
 	/* consumes in flight end first, or count as tracked (inflight.h) */
+	fm_usage_target(tenant, meter, period_start);
 	fm_inflight_before_lock(tenant, meter, period_start, now, &in_flight);
 	fm_period_args(args, tenant, meter, period_start);
 	args[3] = TimestampTzGetDatum(now);
@@ -308,6 +309,7 @@ decide_items(const char *tenant, FmConsumeItem *items, int n, TimestampTz now,
 {
 	FmConsumeItem **order = palloc(sizeof(FmConsumeItem *) * n);
 	FmCounter  *currents = palloc(sizeof(FmCounter) * n);
+	FmCounter	probe;
 	bool		granted;
 	int			i;
 
@@ -318,12 +320,17 @@ decide_items(const char *tenant, FmConsumeItem *items, int n, TimestampTz now,
 
 	for (i = 0; i < n; i++)
 	{
+		fm_usage_target(tenant, items[i].meter, items[i].period_start);
 		currents[i] = items[i].stripe0;
 		fm_counter_report(fm_counter_merge(&currents[i], &items[i].tracked));
 		items[i].stripe0_after = items[i].stripe0;
 		fm_counter_report(fm_counter_add_event(&items[i].stripe0_after,
 											   items[i].amount, now));
+		/* what decide_all adds, so that an overflow names its item */
+		probe = currents[i];
+		fm_counter_report(fm_counter_add_event(&probe, items[i].amount, now));
 	}
+	fm_usage_target_clear();
 	granted = decide_all(items, n, currents, now, decisions);
 	if (!granted)
 		granted = decide_on_grants_now(tenant, items, n, currents, now, decisions);
@@ -541,6 +548,7 @@ fm_consume_items(const char *tenant, FmConsumeItem *items, int n, const char *ke
 			record_items(tenant, key, all, nall, now, decisions);
 	}
 	SPI_finish();
+	fm_usage_target_clear();
 	return decisions;
 }
 

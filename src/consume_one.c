@@ -278,6 +278,7 @@ fm_consume_one(const char *tenant, const char *meter, int64 amount,
 	item->amount = amount;
 	item->limit = limit;
 	item->period_start = period_start;
+	fm_usage_target(tenant, meter, period_start);
 	item->period_end = period_end;
 	if (!fm_inflight_consume_enabled() ||
 		!consume_in_flight(tenant, item, now, decision))

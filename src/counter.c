@@ -12,6 +12,7 @@
 #include "postgres.h"
 #include "fmgr.h"
 
+#include "access/xact.h"
 #include "libpq/pqformat.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
@@ -27,6 +28,46 @@ fm_counter_copy(const FmCounter *c)
 
 	memcpy(copy, c, sizeof(FmCounter));
 	return copy;
+}
+
+/*
+ * The period being added to (counter.h): valid in the statement that set
+ * it, so that an error raised and caught (or a later statement) does not
+ * name a period it is not about.  Names longer than the buffers are cut.
+ */
+static struct
+{
+	bool		set;
+	TimestampTz xact_start;
+	TimestampTz statement_start;
+	TimestampTz period_start;
+	char		tenant[128];
+	char		meter[128];
+}			usage_target;
+
+void
+fm_usage_target(const char *tenant, const char *meter, TimestampTz period_start)
+{
+	usage_target.set = true;
+	usage_target.xact_start = GetCurrentTransactionStartTimestamp();
+	usage_target.statement_start = GetCurrentStatementStartTimestamp();
+	usage_target.period_start = period_start;
+	strlcpy(usage_target.tenant, tenant, sizeof(usage_target.tenant));
+	strlcpy(usage_target.meter, meter, sizeof(usage_target.meter));
+}
+
+void
+fm_usage_target_clear(void)
+{
+	usage_target.set = false;
+}
+
+static bool
+usage_target_valid(void)
+{
+	return usage_target.set &&
+		usage_target.xact_start == GetCurrentTransactionStartTimestamp() &&
+		usage_target.statement_start == GetCurrentStatementStartTimestamp();
 }
 
 void
@@ -48,6 +89,17 @@ fm_counter_report(FmResult r)
 					 errdetail("Events must lie between 0001-01-01 and 9999-12-31 UTC.")));
 			break;
 		case FM_ERR_RANGE:
+			if (usage_target_valid())
+				ereport(ERROR,
+						(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+						 errmsg("quota_counter out of range"),
+						 TIMESTAMP_IS_NOBEGIN(usage_target.period_start) ?
+						 errdetail("tenant %s, meter %s, lifetime period",
+								   usage_target.tenant, usage_target.meter) :
+						 errdetail("tenant %s, meter %s, period starting %s",
+								   usage_target.tenant, usage_target.meter,
+								   timestamptz_to_str(usage_target.period_start)),
+						 errhint("The usage of one period is at most 9223372036854775807; nothing was recorded.")));
 			ereport(ERROR,
 					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 					 errmsg("quota_counter out of range")));

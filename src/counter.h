@@ -8,6 +8,7 @@
 
 #include "postgres.h"
 #include "fmgr.h"
+#include "datatype/timestamp.h"
 
 #include "counter_core.h"
 
@@ -24,5 +25,15 @@ extern FmCounter *fm_counter_copy(const FmCounter *c);
  * amount, timestamp out of range).  Never returns when r != FM_OK.
  */
 extern void fm_counter_report(FmResult r);
+
+/*
+ * The period usage is being added to, named in the detail of an overflow
+ * that fm_counter_report raises until fm_usage_target_clear or the end of
+ * the statement.  Set by every call that adds usage (track, track_batch,
+ * track_events, consume); the names are copied.
+ */
+extern void fm_usage_target(const char *tenant, const char *meter,
+							TimestampTz period_start);
+extern void fm_usage_target_clear(void);
 
 #endif							/* FLAGMETER_COUNTER_H */

@@ -73,6 +73,7 @@ record_event(const char *tenant, const char *meter, int64 amount, TimestampTz oc
 	fm_load_limit(tenant, meter, false, limit);
 	fm_period_bounds(limit->period, limit->anchor, limit->tz, occurred_at,
 					 &period_start, &period_end);
+	fm_usage_target(tenant, meter, period_start);
 
 	if (key && !fm_claim_key(tenant, key, seq, meter, amount, occurred_at,
 							 period_start, kind, NULL))
@@ -142,5 +143,6 @@ track_call(FunctionCallInfo fcinfo, bool occurred_at_text)
 					 "track_pool", &pool_limit);
 	}
 	SPI_finish();
+	fm_usage_target_clear();
 	PG_RETURN_BOOL(counted);
 }

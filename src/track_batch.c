@@ -366,6 +366,7 @@ insert_counted_events(TrackBatch *b)
 			group->limit = &((BatchLimitEntry *) hash_search(b->limits, gkey.tenant_meter,
 															 HASH_FIND, NULL))->limit;
 		}
+		fm_usage_target(b->tenants[i], b->meters[i], b->period_starts[i]);
 		fm_counter_report(fm_counter_add_event(&group->delta, b->amounts[i],
 											   b->occurred[i]));
 	}
@@ -406,6 +407,13 @@ add_group_increments(TrackBatch *b)
 		period_list_add(&periods, group, CStringGetTextDatum(b->tenants[group->first]),
 						CStringGetTextDatum(b->meters[group->first]));
 	}
+	/* an overflow in the statement names its period when there is one */
+	if (ngroups == 1)
+		fm_usage_target(b->tenants[periods.groups[0]->first],
+						b->meters[periods.groups[0]->first],
+						periods.groups[0]->key.period_start);
+	else
+		fm_usage_target_clear();
 	period_list_args(args, &periods);
 	args[3] = Int16GetDatum(fm_own_stripe());
 	args[4] = PointerGetDatum(construct_array(counters, ngroups, fm_counter_type_oid(),
@@ -522,14 +530,21 @@ read_period_totals(const TrackBatch *b, const PeriodList *due, FmCounter *totals
 		bool		isnull;
 		int64		ordinal = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
 
+		fm_usage_target(b->tenants[due->groups[ordinal - 1]->first],
+						b->meters[due->groups[ordinal - 1]->first],
+						due->groups[ordinal - 1]->key.period_start);
 		fm_counter_report(fm_counter_merge(&totals[ordinal - 1],
 										   DatumGetFmCounterP(SPI_getbinval(row, desc, 2, &isnull))));
 		if (DatumGetInt16(SPI_getbinval(row, desc, 3, &isnull)) != 0)
 			nstripes[ordinal - 1]++;
 	}
 	for (g = 0; g < due->n; g++)
+	{
+		fm_usage_target(b->tenants[due->groups[g]->first], b->meters[due->groups[g]->first],
+						due->groups[g]->key.period_start);
 		fm_pending_add_visible(b->tenants[due->groups[g]->first], b->meters[due->groups[g]->first],
 							   due->groups[g]->key.period_start, snapshot, &totals[g]);
+	}
 	UnregisterSnapshot(snapshot);
 }
 
@@ -616,6 +631,7 @@ track_events(TrackBatch *b)
 		read_due_periods(b, &written);
 	}
 	SPI_finish();
+	fm_usage_target_clear();
 }
 
 /*

@@ -399,11 +399,29 @@ SELECT left(f.result, 5) AS sqlstate,
 FROM (SELECT pg_temp.try($$SET LOCAL TimeZone = 'right/UTC'$$) LIKE '%leap seconds%' AS leap) core,
      (SELECT pg_temp.try($$SELECT assign_plan('acme', 'free', '2026-01-01', 'right/UTC')$$) AS result) f;
 
+-- An overflow of usage names the tenant, meter and period it would overflow
+-- (22003, as for any quota_counter), in every call that adds usage.
+SELECT track('acme', 'tokens', 9223372036854775807);
+SELECT track('acme', 'tokens', 9223372036854775807, '2026-02-01 00:00:00+00', 'big');
+SELECT consume('acme', 'tokens', 9223372036854775807);
+SELECT consume('acme', ARRAY['api_calls', 'tokens'], ARRAY[1, 9223372036854775807]);
+SELECT track_batch(ARRAY['acme', 'acme'], ARRAY['api_calls', 'tokens'],
+                   ARRAY[1, 9223372036854775807]);
+SELECT track_events(ARRAY['acme'], ARRAY['tokens'], ARRAY[9223372036854775807]);
+
 -- Nothing written: every table and the outbox sequence as before.
 SELECT b.relation, b.n AS rows_before, a.n AS rows_after, b.digest = a.digest AS same_rows
 FROM before b FULL JOIN pg_temp.snapshot() a USING (relation)
 WHERE a.n IS DISTINCT FROM b.n OR a.digest IS DISTINCT FROM b.digest
 ORDER BY 1;
+
+-- The same in a period with a start (rolled back):
+BEGIN;
+SELECT define_plan('monthly'), set_limit('monthly', 'tokens', 10, 'month', 'soft'),
+       assign_plan('m1', 'monthly', '2026-01-01 00:00:00+00', 'UTC');
+SELECT track('m1', 'tokens', 9223372036854775807, '2026-03-10 00:00:00+00');
+SELECT track('m1', 'tokens', 1, '2026-03-11 00:00:00+00');
+ROLLBACK;
 
 -- Arrays with lower bounds other than 1 are read by position, like any
 -- other array (nothing of the battery above used them successfully):

@@ -63,7 +63,9 @@ FROM events WHERE tenant = 'acme';
 
 -- A sum that would overflow is refused, nothing written
 SELECT count(*) AS events_before FROM events \gset
+\set VERBOSITY terse
 SELECT track('acme', 'calls', 9223372036854775807);
+\set VERBOSITY default
 SELECT count(*) - :events_before AS events_written FROM events;
 
 -- A prepared transaction outlives a restart, which shared memory does not:
