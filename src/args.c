@@ -399,3 +399,30 @@ fm_check_tenant_sql(PG_FUNCTION_ARGS)
 	(void) fm_arg_tenant(fcinfo, 0);
 	PG_RETURN_VOID();
 }
+
+/*
+ * raise_plain(sqlstate, message, detail, hint) -> void: raises the error
+ * that a public catalog function caught from its helpers again, with its
+ * SQLSTATE, message, detail and hint ('' or NULL: none) and no CONTEXT:
+ * the PL/pgSQL helpers it passed through are the extension's business, not
+ * the caller's.
+ */
+PG_FUNCTION_INFO_V1(fm_raise_plain);
+Datum
+fm_raise_plain(PG_FUNCTION_ARGS)
+{
+	char	   *state = PG_ARGISNULL(0) ? "XX000" : text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *message = PG_ARGISNULL(1) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(1));
+	char	   *detail = PG_ARGISNULL(2) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(2));
+	char	   *hint = PG_ARGISNULL(3) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(3));
+
+	if (strlen(state) != 5)
+		state = "XX000";
+	error_context_stack = NULL;
+	ereport(ERROR,
+			(errcode(MAKE_SQLSTATE(state[0], state[1], state[2], state[3], state[4])),
+			 errmsg_internal("%s", message),
+			 detail[0] ? errdetail_internal("%s", detail) : 0,
+			 hint[0] ? errhint("%s", hint) : 0));
+	PG_RETURN_VOID();
+}

@@ -290,6 +290,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 	current_aggregation text;
 BEGIN
 	PERFORM flagmeter.check_name('meter', meter);
@@ -328,6 +329,10 @@ BEGIN
 	ON CONFLICT ON CONSTRAINT meters_pkey DO UPDATE
 		SET aggregation = EXCLUDED.aggregation, unit = EXCLUDED.unit,
 		    draws = EXCLUDED.draws, rate = EXCLUDED.rate;
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.define_meter(text, text, text, text, numeric) IS
 'defines a meter (aggregation sum, count, max or latest) or changes its unit, its pool, or its aggregation while it has no recorded usage; draws names a sum meter (the pool) that every unit of this one also uses rate units of (default 1), decided all or nothing with it';
@@ -406,10 +411,16 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 BEGIN
 	PERFORM flagmeter.check_name('plan', plan);
 	INSERT INTO flagmeter.plans (plan) VALUES (define_plan.plan)
 	ON CONFLICT ON CONSTRAINT plans_pkey DO NOTHING;
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.define_plan(text) IS 'defines a plan; defining an existing plan does nothing';
 
@@ -501,10 +512,16 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 BEGIN
 	PERFORM flagmeter.store_limit(plan, meter, quota, period, mode, thresholds,
 	                              rollover, rollover_cap, rollover_periods);
 	PERFORM flagmeter.announce_limit(plan, meter);
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[], integer, bigint, integer) IS
 'sets or replaces the limit of a plan for a meter; applies to the current period at once; rollover (1 to 100, NULL: none) is the percentage of each ended period''s unused quota that maintain() grants as credits, at most rollover_cap units (NULL: no cap), expiring rollover_periods periods after the period';
@@ -519,6 +536,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 	before jsonb;
 	current_anchor timestamptz;
 	current_timezone text;
@@ -549,6 +567,10 @@ BEGIN
 
 	PERFORM flagmeter.announce('plan_changed', tenant, NULL, plan);
 	PERFORM flagmeter.apply_limit_changes(before);
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) IS
 'puts a tenant on a plan; a NULL anchor or time zone keeps the tenant''s (now() and UTC for a new tenant), so a plan change keeps its periods and usage; usage of the current period is recounted when its boundaries move';
@@ -560,6 +582,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 	before jsonb;
 	sorted integer[] := flagmeter.check_thresholds(thresholds);
 BEGIN
@@ -581,6 +604,10 @@ BEGIN
 		    thresholds = EXCLUDED.thresholds, updated_at = now();
 
 	PERFORM flagmeter.apply_limit_changes(before);
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) IS
 'gives one tenant its own limit for a meter, winning over its plan''s; NULL period, mode or thresholds inherit the plan''s';
@@ -591,6 +618,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 	before jsonb;
 BEGIN
 	PERFORM flagmeter.check_tenant(tenant);
@@ -603,6 +631,10 @@ BEGIN
 	END IF;
 	PERFORM flagmeter.apply_limit_changes(before);
 	RETURN true;
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.drop_override(text, text) IS
 'removes a tenant''s override so its plan''s limit applies again; false when there was none';
@@ -619,6 +651,8 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 BEGIN
 	IF (tenant IS NULL) = (meter IS NULL) THEN
 		RAISE EXCEPTION 'delete_usage takes a tenant or a meter' USING ERRCODE = 'invalid_parameter_value';
@@ -631,6 +665,10 @@ BEGIN
 	DELETE FROM flagmeter.rollup_day d WHERE d.tenant = delete_usage.tenant OR d.meter = delete_usage.meter;
 	DELETE FROM flagmeter.event_keys k WHERE k.tenant = delete_usage.tenant OR k.meter = delete_usage.meter;
 	DELETE FROM flagmeter.voids v WHERE v.tenant = delete_usage.tenant OR v.meter = delete_usage.meter;
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.delete_usage(text, text) IS
 'deletes everything recorded for a tenant or for a meter (counters, events, rollups, idempotency keys, voids), after the transactions recording usage; for unassign_tenant(forget_usage) and drop_meter';
@@ -649,6 +687,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 	before jsonb;
 	assigned boolean;
 BEGIN
@@ -669,6 +708,10 @@ BEGIN
 	END IF;
 	PERFORM flagmeter.apply_limit_changes(before);
 	RETURN assigned;
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.unassign_tenant(text, boolean) IS
 'takes a tenant off its plan (its overrides go too): it is unassigned again; usage, events, idempotency keys and outbox rows stay unless forget_usage; false when it was not assigned';
@@ -681,6 +724,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 	n bigint;
 	t text;
 	l record;
@@ -714,6 +758,10 @@ BEGIN
 	END LOOP;
 	DELETE FROM flagmeter.plans p WHERE p.plan = drop_plan.plan;
 	RETURN true;
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.drop_plan(text, boolean) IS
 'drops a plan and its limits; refused (2BP01) while tenants are on it unless force, which unassigns them (usage kept); false when there is no such plan';
@@ -751,6 +799,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 	nlimits bigint;
 	noverrides bigint;
 	used boolean;
@@ -800,6 +849,10 @@ BEGIN
 	-- its blocks: unblocked (the rows leave flagmeter.blocked at commit)
 	PERFORM flagmeter.review_blocks(NULL, meter);
 	RETURN true;
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.drop_meter(text, boolean) IS
 'drops a meter; refused (2BP01) while other meters draw from it (a credit pool), and while plans limit it, tenants override it or it has recorded usage, unless force, which drops those with all its usage, events and idempotency keys; false when there is no such meter';
@@ -822,6 +875,14 @@ AS 'MODULE_PATHNAME', 'fm_check_tenant_sql'
 LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION flagmeter.check_tenant(text) IS
 'raises a clear error unless tenant is a valid tenant id (1 to 256 bytes)';
+
+-- What the public catalog functions raise an error they caught from their
+-- helpers with: the same SQLSTATE, message, detail and hint, without the
+-- helpers' CONTEXT lines.
+CREATE FUNCTION flagmeter.raise_plain(sqlstate text, message text, detail text, hint text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'fm_raise_plain'
+LANGUAGE C VOLATILE PARALLEL SAFE;
 
 CREATE FUNCTION flagmeter.check_meter_exists(meter text)
 RETURNS void

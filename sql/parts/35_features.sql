@@ -79,11 +79,17 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 BEGIN
 	PERFORM flagmeter.check_name('feature', feature);
 	INSERT INTO flagmeter.features AS f (feature, description)
 	VALUES (define_feature.feature, define_feature.description)
 	ON CONFLICT ON CONSTRAINT features_pkey DO UPDATE SET description = EXCLUDED.description;
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.define_feature(text, text) IS
 'defines a feature, or changes the description of one that exists';
@@ -137,10 +143,16 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 BEGIN
 	IF flagmeter.store_feature(plan, feature, enabled, config) THEN
 		PERFORM flagmeter.announce_feature(NULL, plan, feature, enabled, config);
 	END IF;
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.set_feature(text, text, boolean, jsonb) IS
 'a plan grants a feature (enabled) or denies it, with an optional configuration value; replaces the plan''s earlier row, announced (feature_changed) when it changed';
@@ -151,6 +163,8 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 BEGIN
 	PERFORM flagmeter.check_tenant(tenant);
 	PERFORM flagmeter.check_feature_exists(feature);
@@ -170,6 +184,10 @@ BEGIN
 	IF FOUND THEN
 		PERFORM flagmeter.announce_feature(tenant, NULL, feature, enabled, config);
 	END IF;
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.override_feature(text, text, boolean, jsonb) IS
 'grants (enabled) or denies a feature to one tenant, winning over its plan''s row; replaces the tenant''s earlier override';
@@ -179,6 +197,8 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 BEGIN
 	PERFORM flagmeter.check_tenant(tenant);
 	PERFORM flagmeter.check_feature_exists(feature);
@@ -189,6 +209,10 @@ BEGIN
 	END IF;
 	PERFORM flagmeter.announce_feature(tenant, NULL, feature, NULL);
 	RETURN true;
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.drop_feature_override(text, text) IS
 'removes a tenant''s override of a feature so that its plan decides again; false when there was none';

@@ -108,6 +108,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 	aggregation text;
 	id bigint;
 	g record;
@@ -180,6 +181,10 @@ BEGIN
 		PERFORM flagmeter.announce('unblocked', tenant, meter, NULL, b.period_start);
 	END LOOP;
 	RETURN id;
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.grant_credits(text, text, bigint, timestamptz, integer, timestamptz, text, integer) IS
 'grants a tenant amount units of a sum or count meter on top of its period quota, usable from starts_at until expires_at (NULL: never); drawn lowest priority first, then soonest expiry, then oldest; a tenant without a limit on the meter is limited by its grants alone; grant_low is announced once its remaining falls under low_balance_percent of amount (NULL: never), grant_exhausted when nothing is left, grant_expired (by maintain) when it expires with units left; a retried idempotency key returns the grant it made; returns the grant''s id';
@@ -197,6 +202,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
 	g record;
 BEGIN
 	IF grant_id IS NULL THEN
@@ -219,6 +225,10 @@ BEGIN
 		RAISE EXCEPTION 'credit grant % does not exist', grant_id USING ERRCODE = 'undefined_object';
 	END IF;
 	RETURN false;
+EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
+	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
+	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.void_grant(bigint) IS
 'stops a credit grant: nothing more is drawn from it (what was drawn stays drawn); false when it was already voided';

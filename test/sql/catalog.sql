@@ -271,3 +271,17 @@ SELECT drop_meter('spare', NULL);
 SELECT drop_meter('spare');
 SELECT (SELECT count(*) FROM counters WHERE meter = 'spare') AS counters,
        (SELECT count(*) FROM event_keys WHERE idempotency_key = 'm-2') AS keys;
+
+-- A bad catalog call answers with its message, detail and hint, without the
+-- CONTEXT lines of the internal functions it passed through (psql's default
+-- SHOW_CONTEXT errors prints any CONTEXT there is); bad_input shows their SQLSTATEs.
+\set SHOW_CONTEXT errors
+SELECT set_limit('free', 'api_calls', -10);
+SELECT set_limit('free', 'api_calls', 10, 'fortnight');
+SELECT assign_plan('acme', 'nope');
+SELECT override_limit('nobody', 'api_calls', 5);
+SELECT define_meter('x', 'avg');
+SELECT set_feature('free', 'nope', true);
+SELECT grant_credits('acme', 'nope', 5);
+\set VERBOSITY default
+\set SHOW_CONTEXT never
