@@ -268,22 +268,25 @@ fault_env() {
 # tree's owner (host_as_tree_owner), npm's cache in the temp dir.  Every
 # suite that needs the packages calls it; the first one installs.
 npm_ci_once() {
-	local as=()
 	[[ -d $FM_SRC/node_modules ]] && return 0
+	npm_as_tree_owner bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$FM_SRC"
+}
+
+# npm_as_tree_owner [NAME=VALUE...] CMD...: CMD as the owner of the temp dir
+# (host_as_tree_owner), with HOME and npm's cache in the temp dir and no
+# update notice in the logs.
+npm_as_tree_owner() {
+	local as=()
 	host_as_tree_owner as
-	"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" npm_config_update_notifier=false \
-		bash -c 'cd "$1" && npm ci --no-audit --no-fund' _ "$FM_SRC"
+	"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" npm_config_update_notifier=false "$@"
 }
 
 # run_npm_script NAME: `npm run NAME` at the root of the copy, after
 # npm_ci_once, as the tree's owner (lint and typecheck read the tree and
 # write nothing into it).
 run_npm_script() {
-	local as=()
 	npm_ci_once || return 1
-	host_as_tree_owner as
-	"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" npm_config_update_notifier=false \
-		bash -c 'cd "$1" && npm run "$2"' _ "$FM_SRC" "$1"
+	npm_as_tree_owner bash -c 'cd "$1" && npm run "$2"' _ "$FM_SRC" "$1"
 }
 
 # run_node_client: the Node.js client's suite (clients/node, node:test) on
@@ -305,11 +308,8 @@ run_node_client() {
 # owner, with npm's cache in the temp dir (npm_ci_once filled it: pg
 # installs from there).
 run_npm_package() {
-	local as=()
 	npm_ci_once || return 1
-	host_as_tree_owner as
-	"${as[@]}" env HOME="$FM_TMP" npm_config_cache="$FM_TMP/npm-cache" npm_config_update_notifier=false \
-		PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" \
+	npm_as_tree_owner PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" \
 		bash "$FM_SRC/tools/npm_package.sh" "$FM_TMP/npm-package"
 }
 
