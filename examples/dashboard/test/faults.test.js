@@ -47,10 +47,15 @@ before(async () => {
   assert.equal(r.status, 201)
 })
 after(async () => {
+  // a test that failed half-way left its load running: it would keep the
+  // process alive for ever, posting to a port another run may take
+  await Promise.all([...loads].map((l) => l.stop()))
   if (app) await app.stop()
   if (receiver) await new Promise((resolve) => receiver.close(resolve))
   if (cluster) cluster.destroy()
 })
+
+const loads = new Set()
 
 /** Callers of POST /api/events with ids until stop(); each answer's status and time. */
 function load (callers = 8) {
@@ -75,14 +80,17 @@ function load (callers = 8) {
       else await sleep(50)
     }
   })
-  return {
+  const l = {
     answers,
     acked,
     async stop () {
       stopping = true
       await Promise.all(loops)
+      loads.delete(l)
     }
   }
+  loads.add(l)
+  return l
 }
 
 async function checkCounted (acked) {
