@@ -27,6 +27,11 @@ is( $node->safe_psql(
 	'0.1.0',
 	'installed flagmeter version is 0.1.0');
 
+# t0 below has no plan: metered without limit, as configured here (the
+# default refuses it).
+$node->safe_psql('postgres',
+	q{SELECT flagmeter.configure(unassigned_tenants => 'unlimited')});
+
 # Not preloaded (as here so far): no shared limit cache, calls work.
 is( $node->safe_psql(
 		'postgres', q{

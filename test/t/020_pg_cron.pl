@@ -27,6 +27,8 @@ $node->start;
 $node->safe_psql('postgres', q{
 CREATE EXTENSION pg_cron;
 CREATE EXTENSION flagmeter;
+-- tenants without a plan, events of March 2026
+SELECT flagmeter.configure(unassigned_tenants => 'unlimited', late_events => '100 years');
 SELECT flagmeter.define_meter('calls');
 SELECT flagmeter.track('t' || g % 5, 'calls', g, '2026-03-01 10:00:00+00')
 FROM generate_series(1, 100) g;
@@ -68,6 +70,7 @@ is( $node->safe_psql('postgres',
 $node->safe_psql('postgres', 'CREATE DATABASE nocron');
 $node->safe_psql('nocron', q{
 CREATE EXTENSION flagmeter;
+SELECT flagmeter.configure(unassigned_tenants => 'unlimited');
 SELECT flagmeter.define_meter('calls');
 SELECT flagmeter.track('t', 'calls');
 SELECT flagmeter.maintain();

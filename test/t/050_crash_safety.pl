@@ -61,6 +61,8 @@ $node->safe_psql(
 	'postgres', qq{
 	SET client_min_messages = warning;
 	CREATE EXTENSION flagmeter;
+	-- the trackers' tenants tr0..tr3 have no plan
+	SELECT flagmeter.configure(unassigned_tenants => 'unlimited');
 	SELECT flagmeter.define_meter('calls');
 	SELECT flagmeter.define_meter('units');
 	SELECT flagmeter.define_plan('p');

@@ -107,7 +107,10 @@ for my $db (sort keys %format)
 		SELECT flagmeter.assign_plan('initech', 'free', now() - interval '20 days', 'Europe/Berlin');
 		SELECT flagmeter.override_limit('initech', 'calls', 60);
 		SELECT flagmeter.override_limit('globex', 'seats', 25, 'lifetime', 'hard', '{90}');
-		SELECT flagmeter.configure(retention => '120 days', partitions_ahead => 5);
+		-- umbrella has no plan, and usage goes back 45 days: both settings
+		-- must survive the restore for the new usage tracked there below
+		SELECT flagmeter.configure(retention => '120 days', partitions_ahead => 5,
+		                           unassigned_tenants => 'unlimited', late_events => '60 days');
 
 		-- usage over the past 45 days; umbrella has no plan
 		SELECT count(flagmeter.track(t, 'calls', g % 7 + 1, now() - make_interval(hours => g * 5),

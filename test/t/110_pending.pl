@@ -51,6 +51,8 @@ sub setup_meter
 		'postgres', q{
 		SET client_min_messages = warning;
 		CREATE EXTENSION flagmeter;
+		-- the tracked tenants t1, t2... have no plan
+		SELECT flagmeter.configure(unassigned_tenants => 'unlimited');
 		SELECT flagmeter.define_meter('m');
 		SELECT flagmeter.define_plan('p');
 		SELECT flagmeter.set_limit('p', 'm', 1000000000, 'lifetime');
