@@ -72,9 +72,11 @@ const server = http.createServer(async (req, res) => {
       // the database is away: try again soon (with the same key: counted once)
       ;[status, headers, body] = [503, { 'Retry-After': '1' }, { error: err.message, outcome: err.outcome }]
     } else {
-      // SQLSTATEs of bad input (22xxx, 42704 unknown meter) are the client's fault
-      const bad = err instanceof TypeError || err instanceof RangeError || /^(22|42704)/.test(err.code ?? '')
-      ;[status, headers, body] = [bad ? 400 : 500, {}, { error: err.message }]
+      // SQLSTATEs of bad input (22xxx, 42704 unknown meter, QT002 event time
+      // outside the accepted window) are the client's fault; QT001: the
+      // tenant was never assigned a plan, so it may not use the API
+      const bad = err instanceof TypeError || err instanceof RangeError || /^(22|42704|QT002)/.test(err.code ?? '')
+      ;[status, headers, body] = [err.code === 'QT001' ? 403 : bad ? 400 : 500, {}, { error: err.message }]
     }
   }
   res.writeHead(status, { 'content-type': 'application/json', ...headers })

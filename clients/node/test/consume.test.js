@@ -30,11 +30,27 @@ test('a decision has the fields of flagmeter.decision', async () => {
   try {
     const d = await fm.consume('hot', 'api_calls', 1)
     assert.deepEqual(d, { granted: true, used: 1, quota: 100, remaining: 99, resetsAt: null, overage: 0, meter: 'api_calls', reason: 'ok', fromGrants: 0, balance: 99 })
+  } finally { await fm.close() }
+})
+
+test('a tenant never assigned a plan: refused (QT001) by default, metered without limit once configured', async () => {
+  const fm = client()
+  try {
+    await assert.rejects(fm.consume('nobody', 'api_calls', 2), (err) => {
+      assert.equal(err.code, 'QT001')
+      assert.match(err.message, /tenant "nobody" is not assigned a plan/)
+      return true
+    })
+    await db.query("SELECT flagmeter.configure(unassigned_tenants => 'unlimited')")
     const free = await fm.consume('nobody', 'api_calls', 2)
+    assert.equal(free.granted, true)
     assert.equal(free.quota, null)
     assert.equal(free.remaining, null)
     assert.ok(free.resetsAt instanceof Date)
-  } finally { await fm.close() }
+  } finally {
+    await db.query("SELECT flagmeter.configure(unassigned_tenants => 'refuse')")
+    await fm.close()
+  }
 })
 
 test('concurrent consumes of a hot tenant: grouped, and never past the hard limit', async () => {

@@ -42,6 +42,10 @@ test('the example app: durable events, 429 at the limit, blocked from the cache'
     assert.equal(refused.status, 429)
     assert.equal((await call('GET', '/api/usage?tenant=acme&meter=api_calls')).body.used, 2)
     assert.equal((await call('POST', '/api/events', { tenant: 'acme', meter: 'nope' })).status, 400)
+    // a tenant never assigned a plan is refused (QT001): forbidden
+    const stranger = await call('POST', '/api/requests', { tenant: 'stranger' })
+    assert.equal(stranger.status, 403)
+    assert.match(stranger.body.error, /not assigned a plan/)
     // the blocked event reached the app (and its log)
     for (let i = 0; i < 100 && !/acme is blocked/.test(out); i++) await new Promise((resolve) => setTimeout(resolve, 50))
     assert.match(out, /acme reached 100% of api_calls/)
