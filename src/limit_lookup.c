@@ -103,11 +103,15 @@ static uint64 limit_cache_generation = 0;
 static Oid	watched_relids[7];
 
 /*
- * flagmeter.current_settings.unassigned_tenants is "refuse": 1, or 0; -1
- * until read after the caches were last emptied (the settings table is
- * watched like the catalog tables).
+ * The settings the calls read, from flagmeter.current_settings: whether
+ * unassigned tenants are refused, and the window of event times.  Read
+ * once after the caches were last emptied (the settings table is watched
+ * like the catalog tables); settings_loaded is false until then.
  */
-static int	unassigned_refused = -1;
+static bool settings_loaded = false;
+static bool unassigned_refused = false;
+static Interval late_events;
+static Interval future_events;
 
 /*
  * The part of a limit that comes from the plan (or from no plan): the
@@ -193,37 +197,105 @@ reset_limit_cache(void)
 	for (i = 0; i < (int) lengthof(watched); i++)
 		watched_relids[i] = fm_relation_oid(watched[i]);
 	limit_cache_generation = fm_shared_limits_generation();
-	unassigned_refused = -1;
+	settings_loaded = false;
 	limit_cache_valid = true;
+}
+
+/*
+ * Empty the caches when they are out of date.  A configuration change
+ * another backend committed bumps the shared generation at once; this
+ * backend's invalidation may come later (not before its next lock).  Its own
+ * caches follow the shared generation, so that what it loads may be shared.
+ */
+static void
+refresh_caches(void)
+{
+	if (!limit_cache_valid || limit_cache == NULL ||
+		hash_get_num_entries(limit_cache) > LIMIT_CACHE_MAX ||
+		limit_cache_generation != fm_shared_limits_generation())
+		reset_limit_cache();
 }
 
 static void load_limit_from_catalog(const char *tenant, const char *meter,
 									bool read_only, FmLimit *limit);
 
-static FmStatement unassigned_refused_stmt = {
-	"SELECT unassigned_tenants OPERATOR(pg_catalog.=) 'refuse'::pg_catalog.text"
-	" FROM flagmeter.current_settings",
+static FmStatement settings_stmt = {
+	"SELECT unassigned_tenants OPERATOR(pg_catalog.=) 'refuse'::pg_catalog.text,"
+	" late_events, future_events FROM flagmeter.current_settings",
 	0, {InvalidOid}
 };
+
+/* The settings of the calls, read once and cached like the limits. */
+static void
+load_settings(bool read_only)
+{
+	bool		refused = false;
+	Interval	late = {0};
+	Interval	future = {0};
+	bool		isnull;
+
+	refresh_caches();
+	if (settings_loaded)
+		return;
+	SPI_connect();
+	fm_execute(&settings_stmt, NULL, NULL, read_only, 1);
+	if (SPI_processed == 1)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		refused = DatumGetBool(SPI_getbinval(tuple, desc, 1, &isnull));
+		late = *DatumGetIntervalP(SPI_getbinval(tuple, desc, 2, &isnull));
+		future = *DatumGetIntervalP(SPI_getbinval(tuple, desc, 3, &isnull));
+	}
+	SPI_finish();
+	unassigned_refused = refused;
+	late_events = late;
+	future_events = future;
+	/* an invalidation may have arrived while reading: then it is read again */
+	settings_loaded = limit_cache_valid;
+}
 
 /* Whether calls for unassigned tenants are refused, cached like the limits. */
 static bool
 unassigned_tenants_refused(bool read_only)
 {
-	bool		refused;
-	bool		isnull;
+	load_settings(read_only);
+	return unassigned_refused;
+}
 
-	if (unassigned_refused >= 0)
-		return unassigned_refused == 1;
-	SPI_connect();
-	fm_execute(&unassigned_refused_stmt, NULL, NULL, read_only, 1);
-	refused = SPI_processed == 1 &&
-		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	SPI_finish();
-	/* an invalidation may have arrived while reading: then it is not kept */
-	if (limit_cache_valid)
-		unassigned_refused = refused ? 1 : 0;
-	return refused;
+void
+fm_check_event_time(const char *tenant, const char *meter, TimestampTz occurred_at)
+{
+	TimestampTz now;
+	TimestampTz earliest;
+	TimestampTz latest;
+
+	load_settings(false);
+	now = GetCurrentTransactionStartTimestamp();
+	earliest = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+													   TimestampTzGetDatum(now),
+													   IntervalPGetDatum(&late_events)));
+	latest = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+													 TimestampTzGetDatum(now),
+													 IntervalPGetDatum(&future_events)));
+	if (occurred_at >= earliest && occurred_at <= latest)
+		return;
+	ereport(ERROR,
+			(errcode(FM_ERRCODE_EVENT_TIME_OUTSIDE_WINDOW),
+			 errmsg("occurred_at %s of tenant \"%.*s\", meter \"%.*s\" is outside the accepted window",
+					timestamptz_to_str(occurred_at),
+					pg_mbcliplen(tenant, strlen(tenant), 64), tenant,
+					pg_mbcliplen(meter, strlen(meter), 64), meter),
+			 errdetail("Events are accepted from %s to %s: %s before and %s after the start of the transaction "
+					   "(flagmeter.current_settings.late_events and future_events).",
+					   timestamptz_to_str(earliest), timestamptz_to_str(latest),
+					   DatumGetCString(DirectFunctionCall1(interval_out,
+														   IntervalPGetDatum(&late_events))),
+					   DatumGetCString(DirectFunctionCall1(interval_out,
+														   IntervalPGetDatum(&future_events)))),
+			 errhint("Check the event's time, or widen the window with "
+					 "flagmeter.configure(late_events => ..., future_events => ...).")));
 }
 
 void
@@ -274,16 +346,7 @@ fm_load_limit_any(const char *tenant, const char *meter, bool read_only,
 	LimitCacheKey key;
 	LimitCacheEntry *entry;
 
-	/*
-	 * A configuration change another backend committed bumps the shared
-	 * generation at once; this backend's invalidation may come later (not
-	 * before its next lock).  Its own caches follow the shared generation, so
-	 * that what it loads may be shared.
-	 */
-	if (!limit_cache_valid || limit_cache == NULL ||
-		hash_get_num_entries(limit_cache) > LIMIT_CACHE_MAX ||
-		limit_cache_generation != fm_shared_limits_generation())
-		reset_limit_cache();
+	refresh_caches();
 
 	key.tenant = tenant;
 	key.meter = meter;

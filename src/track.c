@@ -131,6 +131,7 @@ track_call(FunctionCallInfo fcinfo, bool occurred_at_text)
 		fm_arg_timestamp(fcinfo, 3, "occurred_at");
 
 	fm_lock_counters_for_write();
+	fm_check_event_time(tenant, meter, occurred_at);
 	SPI_connect();
 	counted = record_event(tenant, meter, amount, occurred_at, key, 0, "track", &limit);
 	if (counted && fm_draws_from_pool(&limit))

@@ -215,6 +215,9 @@ load_limits_and_periods(TrackBatch *b)
 {
 	int			i;
 
+	/* every event's time first: nothing is written when one is outside */
+	for (i = 0; i < b->n; i++)
+		fm_check_event_time(b->tenants[i], b->meters[i], b->occurred[i]);
 	b->limits = batch_hash("flagmeter batch limits", FM_TENANT_METER_KEY_BYTES,
 						   sizeof(BatchLimitEntry));
 	b->period_starts = palloc(sizeof(TimestampTz) * b->n);

@@ -41,28 +41,43 @@ CREATE TABLE flagmeter.settings (
 	-- what the calls do for a tenant never assigned a plan: meter it without
 	-- limit, or refuse the call (QT001); read by the calls from their cached
 	-- configuration (src/limit_lookup.c), hence the trigger below
-	unassigned_tenants	text NOT NULL DEFAULT 'unlimited'
+	unassigned_tenants	text NOT NULL DEFAULT 'refuse'
 		CONSTRAINT settings_unassigned_tenants_valid
-		CHECK (unassigned_tenants OPERATOR(pg_catalog.=) ANY (ARRAY['unlimited', 'refuse']))
+		CHECK (unassigned_tenants OPERATOR(pg_catalog.=) ANY (ARRAY['unlimited', 'refuse'])),
+	-- the window of event times track, track_batch and track_events accept
+	-- (QT002 outside it): occurred_at from now() - late_events to now() +
+	-- future_events; cached by the calls like unassigned_tenants
+	late_events			interval NOT NULL DEFAULT '35 days'
+		CONSTRAINT settings_late_events_range
+		CHECK (late_events OPERATOR(pg_catalog.>=) '0'::interval
+		       AND late_events OPERATOR(pg_catalog.<=) '1000 years'::interval),
+	future_events		interval NOT NULL DEFAULT '5 minutes'
+		CONSTRAINT settings_future_events_range
+		CHECK (future_events OPERATOR(pg_catalog.>=) '0'::interval
+		       AND future_events OPERATOR(pg_catalog.<=) '1000 years'::interval)
 );
 COMMENT ON TABLE flagmeter.settings IS
 'settings of maintain() and of the calls when changed from the defaults (see flagmeter.configure and flagmeter.current_settings)';
 SELECT pg_catalog.pg_extension_config_dump('flagmeter.settings', '');
--- the calls cache unassigned_tenants with the limits: a change empties the caches
+-- the calls cache unassigned_tenants and the event window with the limits:
+-- a change empties the caches
 CREATE TRIGGER settings_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON flagmeter.settings
 	FOR EACH STATEMENT EXECUTE FUNCTION flagmeter.config_changed();
 
 CREATE VIEW flagmeter.current_settings AS
 SELECT COALESCE(s.retention, '90 days'::interval) AS retention,
        COALESCE(s.partitions_ahead, 3) AS partitions_ahead,
-       COALESCE(s.unassigned_tenants, 'unlimited') AS unassigned_tenants
+       COALESCE(s.unassigned_tenants, 'refuse') AS unassigned_tenants,
+       COALESCE(s.late_events, '35 days'::interval) AS late_events,
+       COALESCE(s.future_events, '5 minutes'::interval) AS future_events
 FROM (VALUES (true)) AS one(singleton)
 LEFT JOIN flagmeter.settings s ON s.singleton;
 COMMENT ON VIEW flagmeter.current_settings IS
-'the settings in force: retention of raw events, idempotency keys, voids and outbox rows (the idempotency window), how many daily partitions to create ahead, and what the calls do for a tenant never assigned a plan (unlimited or refuse)';
+'the settings in force: retention of raw events, idempotency keys, voids and outbox rows (the idempotency window), how many daily partitions to create ahead, what the calls do for a tenant never assigned a plan (refuse or unlimited), and the window of event times track, track_batch and track_events accept (late_events before and future_events after now())';
 
 CREATE FUNCTION flagmeter.configure(retention interval DEFAULT NULL, partitions_ahead integer DEFAULT NULL,
-	unassigned_tenants text DEFAULT NULL)
+	unassigned_tenants text DEFAULT NULL, late_events interval DEFAULT NULL,
+	future_events interval DEFAULT NULL)
 RETURNS flagmeter.current_settings
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -83,18 +98,31 @@ BEGIN
 			USING ERRCODE = 'invalid_parameter_value',
 			      HINT = 'Valid values are "unlimited" (metered without limit) and "refuse".';
 	END IF;
-	INSERT INTO flagmeter.settings AS s (retention, partitions_ahead, unassigned_tenants)
+	IF late_events IS NOT NULL AND (late_events < interval '0' OR late_events > interval '1000 years') THEN
+		RAISE EXCEPTION 'late_events must be between 0 and 1000 years: %', late_events
+			USING ERRCODE = 'invalid_parameter_value',
+			      HINT = 'To accept any event time, set a large window: late_events => ''100 years''.';
+	END IF;
+	IF future_events IS NOT NULL AND (future_events < interval '0' OR future_events > interval '1000 years') THEN
+		RAISE EXCEPTION 'future_events must be between 0 and 1000 years: %', future_events
+			USING ERRCODE = 'invalid_parameter_value',
+			      HINT = 'To accept any event time, set a large window: future_events => ''100 years''.';
+	END IF;
+	INSERT INTO flagmeter.settings AS s (retention, partitions_ahead, unassigned_tenants, late_events,
+		future_events)
 	SELECT COALESCE(configure.retention, c.retention), COALESCE(configure.partitions_ahead, c.partitions_ahead),
-	       COALESCE(configure.unassigned_tenants, c.unassigned_tenants)
+	       COALESCE(configure.unassigned_tenants, c.unassigned_tenants),
+	       COALESCE(configure.late_events, c.late_events), COALESCE(configure.future_events, c.future_events)
 	FROM flagmeter.current_settings c
 	ON CONFLICT ON CONSTRAINT settings_pkey DO UPDATE
 		SET retention = EXCLUDED.retention, partitions_ahead = EXCLUDED.partitions_ahead,
-		    unassigned_tenants = EXCLUDED.unassigned_tenants;
+		    unassigned_tenants = EXCLUDED.unassigned_tenants, late_events = EXCLUDED.late_events,
+		    future_events = EXCLUDED.future_events;
 	SELECT * INTO result FROM flagmeter.current_settings;
 	RETURN result;
 END $$;
-COMMENT ON FUNCTION flagmeter.configure(interval, integer, text) IS
-'changes the settings (NULL keeps a setting): retention, partitions_ahead, and unassigned_tenants (unlimited: a tenant never assigned a plan is metered without limit; refuse: calls for it fail with QT001); returns the settings in force';
+COMMENT ON FUNCTION flagmeter.configure(interval, integer, text, interval, interval) IS
+'changes the settings (NULL keeps a setting): retention, partitions_ahead, unassigned_tenants (refuse, the default: calls for a tenant never assigned a plan fail with QT001; unlimited: it is metered without limit), late_events and future_events (track, track_batch and track_events refuse with QT002 an occurred_at earlier than now() - late_events or later than now() + future_events; 0 to 1000 years each); returns the settings in force';
 
 CREATE TABLE flagmeter.maintenance_state (
 	singleton			boolean PRIMARY KEY DEFAULT true CONSTRAINT maintenance_state_singleton CHECK (singleton),

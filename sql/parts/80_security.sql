@@ -117,7 +117,7 @@ REVOKE ALL ON FUNCTION flagmeter.announce_expired_grants() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.roll_over() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.schedule(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.unschedule() FROM PUBLIC;
-REVOKE ALL ON FUNCTION flagmeter.configure(interval, integer, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.configure(interval, integer, text, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.after_restore() FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.index_event_partition(regclass) FROM PUBLIC;
 
