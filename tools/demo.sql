@@ -146,6 +146,9 @@ SELECT meter, granted, used, quota, remaining, overage FROM flagmeter.consume('h
 UNION ALL
 SELECT meter, granted, used, quota, remaining, overage FROM flagmeter.consume('hooli', 'tokens', 1500);
 
+\echo 'a tenant never assigned a plan (a typo of initech) is refused, and nothing is recorded'
+SELECT pg_temp.try($$SELECT flagmeter.consume('initek', 'api_calls', 1)$$) AS unassigned;
+
 \echo
 \echo '== 4. Corrections: void ====================================================================='
 \echo
@@ -157,6 +160,8 @@ SELECT flagmeter.void('wayne', 'import-42') AS voided,
        flagmeter.void('wayne', 'import-42') AS voided_again;
 SELECT flagmeter.used(flagmeter.usage('wayne', 'api_calls')) AS api_calls_used;
 SELECT pg_temp.try($$SELECT flagmeter.void('wayne', 'import-43')$$) AS unknown_key;
+\echo 'an event older than the accepted window (35 days by default) is refused too'
+SELECT pg_temp.try($$SELECT flagmeter.track('wayne', 'api_calls', 1, now() - interval '40 days')$$) AS too_late;
 
 \echo
 \echo '== 5. An app table that app instances cache, and the app''s role ========================='
