@@ -3,15 +3,19 @@
 // usage, webhooks.  Answers say what happened in PostgreSQL: 200 once the
 // event is committed (durable), 409 for a key recorded before, 429 when a
 // consume is refused, 400 with the SQLSTATE when the database refuses the
-// input.
+// input (a tenant never assigned a plan among it: QT001).
 const { checkAmount } = require('flagmeter')
 const { HttpError } = require('./http')
 const { tenantUsage } = require('./sql/tenantUsage')
 const { addWebhook, listWebhooks, removeWebhook } = require('./sql/webhooks')
 
-/** SQLSTATEs that mean "this input is wrong": data exceptions, integrity, unknown objects. */
+/**
+ * SQLSTATEs that mean "this input is wrong": data exceptions, integrity,
+ * unknown objects, a tenant never assigned a plan (QT001) and an event time
+ * outside the window the database accepts (QT002).
+ */
 function badInput (err) {
-  return /^(22|23|42)/.test(err.code ?? '')
+  return /^(22|23|42|QT001|QT002)/.test(err.code ?? '')
 }
 
 /**
@@ -106,7 +110,11 @@ function createApi ({ fm, metrics, deliverer }) {
   }
 
   async function getUsage (tenant) {
-    const rows = await tenantUsage(fm.pool, tenant)
+    const rows = await tenantUsage(fm.pool, tenant).catch((err) => {
+      // a tenant never assigned a plan has no usage to show: not found
+      if (err.code === 'QT001') throw new HttpError(404, err.message, { sqlstate: err.code })
+      throw err
+    })
     return [200, {
       tenant,
       plan: rows.length ? rows[0].plan : null,

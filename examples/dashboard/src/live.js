@@ -193,8 +193,9 @@ class LiveFeed {
       try {
         rows = await minuteSeries(this._fm.pool, tenant, meter)
       } catch (err) {
-        // an unknown meter or a bad tenant id: tell that page, nothing else
-        if (!/^(22|42)/.test(err.code ?? '')) throw err
+        // an unknown meter, a bad tenant id or a tenant never assigned a
+        // plan (QT001): tell that page, nothing else
+        if (!/^(22|42|QT001)/.test(err.code ?? '')) throw err
         const text = json({ tenant, meter, error: err.message, sqlstate: err.code })
         this._broadcast('series', text, (c) => c === only || (!only && c.tenant === tenant && c.meter === meter))
         continue

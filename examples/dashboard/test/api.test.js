@@ -11,7 +11,10 @@ before(async () => {
     SELECT flagmeter.define_meter('api_calls'), flagmeter.define_meter('tokens'), flagmeter.define_meter('storage', 'max');
     SELECT flagmeter.define_plan('free'), flagmeter.set_limit('free', 'api_calls', 20, 'month', 'hard'),
            flagmeter.set_limit('free', 'tokens', 1000000, 'month', 'soft');
-    SELECT flagmeter.assign_plan(t, 'free') FROM unnest(ARRAY['acme', 'globex', 'initech']) t;`)
+    SELECT flagmeter.assign_plan(t, 'free') FROM unnest(ARRAY['acme', 'globex', 'initech']) t;
+    -- metered without limit: a plan of no limits (a tenant without a plan is refused)
+    SELECT flagmeter.define_plan('metered');
+    SELECT flagmeter.assign_plan(t, 'metered') FROM unnest(ARRAY['t0', 't1', 't2', 't3', 't4', 'mixed', 'known']) t;`)
   ;[a, b] = await Promise.all([startApp(db, null), startApp(db, null)])
 })
 after(async () => {
@@ -81,6 +84,22 @@ test('bad input: 400 with the SQLSTATE, and only the bad event fails', async () 
   assert.equal(notJson.status, 400)
 })
 
+test('a tenant never assigned a plan: 400 with QT001, and only its calls fail', async () => {
+  const good = Array.from({ length: 40 }, (_, i) => call(`${(i % 2 ? a : b).url}/api/events`, 'POST', { tenant: 'known', meter: 'tokens', amount: 1, id: `s${i}` }))
+  const stranger = [
+    call(`${a.url}/api/events`, 'POST', { tenant: 'stranger', meter: 'tokens', amount: 1 }),
+    call(`${b.url}/api/consume`, 'POST', { tenant: 'stranger', meter: 'api_calls', amount: 1 })
+  ]
+  const answers = await Promise.all([...good, ...stranger])
+  assert.deepEqual(answers.slice(0, 40).map((r) => r.status), Array(40).fill(200))
+  for (const r of answers.slice(40)) {
+    assert.equal(r.status, 400)
+    assert.equal(r.body.sqlstate, 'QT001')
+    assert.match(r.body.error, /tenant "stranger" is not assigned a plan/)
+  }
+  assert.equal(Number(await scalar("SELECT count(*) FROM flagmeter.events WHERE tenant = 'stranger'")), 0)
+})
+
 test('consume on two instances: never past the hard limit, 429 with rate-limit headers', async () => {
   const answers = await Promise.all(Array.from({ length: 60 }, (_, i) =>
     call(`${(i % 2 ? a : b).url}/api/consume`, 'POST', { tenant: 'acme', meter: 'api_calls', amount: 1, id: `c${i}` })))
@@ -135,9 +154,11 @@ test('GET /api/usage/:tenant: every meter, limited or not', async () => {
   assert.ok(!Number.isNaN(Date.parse(calls.resets_at)))
   const acme = await call(`${b.url}/api/usage/acme`)
   assert.equal(acme.body.meters.find((m) => m.meter === 'api_calls').blocked, true)
+  // a tenant never assigned a plan is refused (QT001): not found
   const stranger = await call(`${a.url}/api/usage/nobody`)
-  assert.equal(stranger.body.plan, null)
-  assert.ok(stranger.body.meters.every((m) => m.used === 0 && m.quota === null))
+  assert.equal(stranger.status, 404)
+  assert.equal(stranger.body.sqlstate, 'QT001')
+  assert.match(stranger.body.error, /tenant "nobody" is not assigned a plan/)
 })
 
 test('/metrics: requests, latency, batches, events', async () => {
