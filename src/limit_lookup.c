@@ -281,6 +281,7 @@ fm_check_event_time(const char *tenant, const char *meter, TimestampTz occurred_
 													 IntervalPGetDatum(&future_events)));
 	if (occurred_at >= earliest && occurred_at <= latest)
 		return;
+	/* timestamptz_to_str answers in a static buffer: the detail copies */
 	ereport(ERROR,
 			(errcode(FM_ERRCODE_EVENT_TIME_OUTSIDE_WINDOW),
 			 errmsg("occurred_at %s of tenant \"%.*s\", meter \"%.*s\" is outside the accepted window",
@@ -289,7 +290,8 @@ fm_check_event_time(const char *tenant, const char *meter, TimestampTz occurred_
 					pg_mbcliplen(meter, strlen(meter), 64), meter),
 			 errdetail("Events are accepted from %s to %s: %s before and %s after the start of the transaction "
 					   "(flagmeter.current_settings.late_events and future_events).",
-					   timestamptz_to_str(earliest), timestamptz_to_str(latest),
+					   pstrdup(timestamptz_to_str(earliest)),
+					   pstrdup(timestamptz_to_str(latest)),
 					   DatumGetCString(DirectFunctionCall1(interval_out,
 														   IntervalPGetDatum(&late_events))),
 					   DatumGetCString(DirectFunctionCall1(interval_out,
