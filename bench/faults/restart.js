@@ -72,7 +72,9 @@ async function main () {
   const runTag = `r${Date.now().toString(36)}`
   const cluster = await Cluster.create('bench-restart', { conf: { log_timezone: "'UTC'" } })
   try {
-    const db = await cluster.createDatabase('bench', `SELECT flagmeter.define_meter('${METER}');`)
+    // its tenants have no plan: metered without limit, as configured here
+    const db = await cluster.createDatabase('bench', `SELECT flagmeter.define_meter('${METER}');
+      SELECT flagmeter.configure(unassigned_tenants => 'unlimited');`)
     const fm = new FlagMeter({ connectionString: cluster.url(db), timeoutMs: opts.timeoutMs })
     const background = [] // fm.on('error'): errors no call waited for
     const stream = [] // LISTEN session state changes

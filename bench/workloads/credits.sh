@@ -4,8 +4,9 @@
 #
 # The flagmeter side is the worst case of a tenant with grants: every call
 # draws from them, so it locks stripe 0, then its grants (src/grants.c).
-# Its tenants are prepaid (no plan: their grants are their quota), which
-# also spares the set-up 10 000 assign_plan calls.  The peer is the consume
+# Its tenants are prepaid (no plan: their grants are their quota; the
+# set-up configures unassigned_tenants => 'unlimited'), which also spares
+# the set-up 10 000 assign_plan calls.  The peer is the consume
 # workload's call on tenants never granted credits (one conditional
 # UPDATE).  A diagnostic row times 1 000 tenants with grants that are still
 # within their plan's quota (stripe 0 and the grants locked, none drawn).
@@ -15,6 +16,10 @@ register_workload credits "consume drawing from 3 active grants vs consume witho
 credits_setup() {
 	fm_log "credits: $TENANTS prepaid tenants with three grants each, 1000 on a plan with grants within its quota"
 	psql_q "SELECT count(flagmeter.assign_plan('w' || i, 'bench')) FROM generate_series(1, 1000) i" >/dev/null
+	# The prepaid tenants have no plan, which is refused (QT001) unless
+	# configured: metered without limit, their grants are their quota.
+	# (The other workloads' tenants all have a plan.)
+	psql_q "SELECT unassigned_tenants FROM flagmeter.configure(unassigned_tenants => 'unlimited')" >/dev/null
 	psql_q "
 SELECT count(*)
 FROM (SELECT 'g' || i FROM generate_series(1, $TENANTS) i
