@@ -35,13 +35,29 @@
 // group's deadline is its first call's): a call that close to its deadline
 // fails rather than be cut off in flight.
 //
-// Every promise settles: with its own result, with the group's error (each
-// caller of a group that was refused gets it, SQLSTATE in err.code), with
-// its deadline's error, or with the error close() gives calls queued after
-// it.
+// One call's bad input must not fail its neighbours: a group refused with
+// an error about one call's input (a tenant never assigned a plan, an event
+// time outside the window, an unknown meter, an amount that overflows:
+// PER_CALL below) wrote nothing, so it is split in two halves, sent again
+// before the queue, and split again until the calls whose input was
+// refused fail alone, with their own error (about 2 log2(n) attempts for
+// one bad call in a group of n).  An error that would meet every call
+// (permissions, a missing function) fails the group at once.
+//
+// Every promise settles: with its own result, with its own refusal
+// (SQLSTATE in err.code), with its group's refusal when the error is not
+// about one call, with its deadline's error, or with the error close()
+// gives calls queued after it.
 
 const { callError } = require('./outcome')
 const { DEFAULTS } = require('./defaults')
+
+// SQLSTATEs that refuse one call's input rather than the group: data
+// exceptions (22), a key recorded by another call (23505), an unknown or
+// badly named meter (42704, 42602), too many meters (54000), a key never
+// recorded (P0002), and flagmeter's own class QT (QT001 a tenant never
+// assigned a plan, QT002 an event time outside the window).
+const PER_CALL = /^(22|23505|42704|42602|54000|P0002|QT)/
 
 /** @typedef {import('./outcome').Failure} Failure */
 /**
@@ -87,6 +103,8 @@ class Batcher {
     this._delay = this._initialDelay
     /** @type {Array<Queued<Item, Result>>} */
     this._queue = [] // by deadline, earliest first
+    /** @type {Array<Array<Queued<Item, Result>>>} */
+    this._splits = [] // halves of refused groups, sent as they are, before the queue
     this._inFlight = 0
     /** @type {Array<() => void>} */
     this._idle = []
@@ -98,6 +116,7 @@ class Batcher {
     this.groups = 0
     this.calls = 0
     this.retries = 0
+    this.splits = 0
   }
 
   /**
@@ -118,8 +137,12 @@ class Batcher {
    * @returns {Promise<void>}
    */
   drain () {
-    if (this._queue.length === 0 && this._inFlight === 0) return Promise.resolve()
+    if (this._idleNow()) return Promise.resolve()
     return new Promise((resolve) => this._idle.push(resolve))
+  }
+
+  _idleNow () {
+    return this._queue.length === 0 && this._splits.length === 0 && this._inFlight === 0
   }
 
   _pump () {
@@ -130,15 +153,18 @@ class Batcher {
       }
     } else {
       this._expire(Date.now() + this._minAttempt)
-      while (this._inFlight < this._maxInFlight && this._queue.length > 0) {
-        const group = this._queue.splice(0, this._maxGroup)
-        this._inFlight++
-        this.groups++
-        this._send(group)
-      }
+    }
+    // a split half goes whatever the backoff: its group was refused, not
+    // turned away by a database that is away
+    while (this._inFlight < this._maxInFlight && (this._splits.length > 0 || (wait <= 0 && this._queue.length > 0))) {
+      const group = this._splits.length > 0 ? this._takeSplit() : this._queue.splice(0, this._maxGroup)
+      if (group.length === 0) continue
+      this._inFlight++
+      this.groups++
+      this._send(group)
     }
     this._armExpiry()
-    if (this._inFlight === 0 && this._queue.length === 0) {
+    if (this._idleNow()) {
       const idle = this._idle
       this._idle = []
       for (const resolve of idle) resolve()
@@ -172,6 +198,13 @@ class Batcher {
    */
   _failed (group, err) {
     const outcome = /** @type {Failure} */ (err).outcome ?? 'refused'
+    const code = /** @type {{ code?: unknown }} */ (err).code
+    if (outcome === 'refused' && group.length > 1 && typeof code === 'string' && PER_CALL.test(code)) {
+      const half = Math.ceil(group.length / 2)
+      this._splits.push(group.slice(0, half), group.slice(half))
+      this.splits++
+      return
+    }
     const again = []
     const last = Date.now() + this._minAttempt
     for (const g of group) {
@@ -201,6 +234,21 @@ class Batcher {
     const err = /** @type {Failure} */ (g.lastError ?? new Error('no pool connection became free'))
     const outcome = g.unknown ? 'unknown' : err.outcome ?? 'not_applied'
     return callError(err, outcome, { attempts: g.attempts, timedOut: true, timeoutMs: this._timeoutMs })
+  }
+
+  /**
+   * The next split half, without the calls too near their deadline for an
+   * attempt (they fail as expired).
+   * @returns {Array<Queued<Item, Result>>}
+   */
+  _takeSplit () {
+    const half = /** @type {Array<Queued<Item, Result>>} not empty */ (this._splits.shift())
+    const last = Date.now() + this._minAttempt
+    return half.filter((g) => {
+      if (g.deadline > last) return true
+      g.reject(this._expired(g))
+      return false
+    })
   }
 
   /**

@@ -541,11 +541,16 @@ class FlagMeter extends EventEmitter {
     }, Date.now() + this._path.timeoutMs, classify)
   }
 
-  /** How many calls went in how many groups (server transactions), per kind; calls sent again; LISTEN reconnects. */
+  /**
+   * How many calls went in how many groups (server transactions), per kind;
+   * groups split because one call's input was refused; calls sent again
+   * after a fault; LISTEN reconnects.
+   */
   stats () {
     return {
       track: { calls: this._tracks.calls, groups: this._tracks.groups },
       consume: { calls: this._consumes.calls, groups: this._consumes.groups },
+      splits: this._tracks.splits + this._consumes.splits,
       retries: this._tracks.retries + this._consumes.retries,
       reconnects: this._streams.reduce((n, s) => n + s.reconnects, 0)
     }

@@ -306,6 +306,11 @@ export interface FlagMeterEvents {
 export interface FlagMeterStats {
   track: { calls: number; groups: number }
   consume: { calls: number; groups: number }
+  /**
+   * Groups split in two because the database refused one call's input
+   * (QT001, QT002, class 22, …): the other calls are sent again without it.
+   */
+  splits: number
   /** Calls of track and consume sent again after a fault. */
   retries: number
   reconnects: number

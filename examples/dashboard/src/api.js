@@ -32,22 +32,6 @@ function unavailable (err) {
     /^Connection terminated|timeout exceeded when trying to connect/.test(err.message ?? '')
 }
 
-/**
- * A call through the client's batcher, and the same call alone when its
- * group failed on bad input: the client fails every caller of a group with
- * the group's error (README, "Node.js client", Errors), and nothing of the
- * group was recorded, so a caller tries once more on its own to learn
- * whether the bad input was its own.  Only the bad call then fails.
- */
-async function grouped (call, alone) {
-  try {
-    return await call()
-  } catch (err) {
-    if (!badInput(err)) throw err
-    return alone()
-  }
-}
-
 function field (body, name, { required = true, type = 'string' } = {}) {
   const v = body[name]
   if (v === undefined || v === null) {
@@ -92,8 +76,8 @@ function rateLimitHeaders (d) {
 function createApi ({ fm, metrics, deliverer }) {
   async function postEvent (body) {
     const { tenant, meter, amount, id, opts } = usageBody(body)
-    const { counted } = await grouped(() => fm.track(tenant, meter, amount, opts),
-      () => fm.transaction((tx) => tx.track(tenant, meter, amount, opts)))
+    // a call refused for its own input fails alone: the client splits its group
+    const { counted } = await fm.track(tenant, meter, amount, opts)
     metrics.usageEvents.inc({ result: counted ? 'counted' : 'duplicate' })
     if (!counted) return [409, { error: 'duplicate: this id was recorded before', id, counted }]
     return [200, { counted, id: id ?? null }]
@@ -101,8 +85,7 @@ function createApi ({ fm, metrics, deliverer }) {
 
   async function postConsume (body) {
     const { tenant, meter, amount, opts } = usageBody(body)
-    const d = await grouped(() => fm.consume(tenant, meter, amount, opts),
-      () => fm.transaction((tx) => tx.consume(tenant, meter, amount, opts)))
+    const d = await fm.consume(tenant, meter, amount, opts)
     metrics.consumes.inc({ result: d.granted ? 'granted' : 'refused' })
     const body2 = { granted: d.granted, used: d.used, quota: d.quota, remaining: d.remaining, resets_at: d.resetsAt, overage: d.overage, meter }
     if (!d.granted) return [429, { error: 'quota exceeded', ...body2 }, rateLimitHeaders(d)]
