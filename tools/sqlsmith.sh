@@ -94,6 +94,10 @@ SELECT flagmeter.assign_plan('acme', 'free', '2026-01-31 10:00 America/New_York'
        flagmeter.assign_plan('umbrella', 'pro', '2024-02-29 00:00 Asia/Tokyo', 'Asia/Tokyo');
 SELECT flagmeter.override_limit('hooli', 'api_calls', 250000);
 
+-- initech has no plan, and the history goes back 40 days: both past the
+-- defaults (unknown tenants refused, events at most 35 days late)
+SELECT flagmeter.configure(unassigned_tenants => 'unlimited', late_events => '60 days');
+
 -- usage spread over the last 40 days, every meter and tenant
 SELECT flagmeter.track_batch(array_agg(t), array_agg(m), array_agg(a), array_agg(at))
 FROM (SELECT (ARRAY['acme', 'globex', 'hooli', 'umbrella', 'initech'])[1 + g % 5] AS t,

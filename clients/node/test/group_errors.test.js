@@ -77,3 +77,17 @@ test('consume: an unassigned tenant fails alone, its neighbours are decided', as
     assert.equal(await usedBy(TENANTS), 3 * TENANTS.length)
   } finally { await fm.close() }
 })
+
+test('an error that meets every call (no privilege) fails the whole group at once, unsplit', async () => {
+  const role = `fm_nopriv_${process.pid}`
+  await db.query(`CREATE ROLE ${role} LOGIN`)
+  const fm = new FlagMeter({ connection: { ...db.connection(), user: role }, listen: false, maxInFlight: 1 })
+  try {
+    const results = await Promise.allSettled(TENANTS.slice(0, 10).map((t) => fm.track(t, 'api_calls', 1)))
+    assert.ok(results.every((r) => r.status === 'rejected' && r.reason.code === '42501'))
+    assert.equal(fm.stats().splits, 0)
+  } finally {
+    await fm.close()
+    await db.query(`DROP ROLE ${role}`)
+  }
+})
