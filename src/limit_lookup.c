@@ -114,6 +114,16 @@ static Interval late_events;
 static Interval future_events;
 
 /*
+ * The window of event times itself: its ends depend only on the settings
+ * and the transaction's start, so a batch of events computes them once.
+ * window_start is the transaction start they were computed for; 0 (and
+ * every reload of the settings) makes them computed again.
+ */
+static TimestampTz window_start = 0;
+static TimestampTz window_earliest;
+static TimestampTz window_latest;
+
+/*
  * The part of a limit that comes from the plan (or from no plan): the
  * meter's aggregation and the plan's limit for it.  Cached per plan and
  * meter, beside the per-tenant cache, and emptied with it.
@@ -252,6 +262,7 @@ load_settings(bool read_only)
 	unassigned_refused = refused;
 	late_events = late;
 	future_events = future;
+	window_start = 0;
 	/* an invalidation may have arrived while reading: then it is read again */
 	settings_loaded = limit_cache_valid;
 }
@@ -273,12 +284,18 @@ fm_check_event_time(const char *tenant, const char *meter, TimestampTz occurred_
 
 	load_settings(false);
 	now = GetCurrentTransactionStartTimestamp();
-	earliest = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
-													   TimestampTzGetDatum(now),
-													   IntervalPGetDatum(&late_events)));
-	latest = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-													 TimestampTzGetDatum(now),
-													 IntervalPGetDatum(&future_events)));
+	if (window_start != now)
+	{
+		window_earliest = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+																  TimestampTzGetDatum(now),
+																  IntervalPGetDatum(&late_events)));
+		window_latest = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+																TimestampTzGetDatum(now),
+																IntervalPGetDatum(&future_events)));
+		window_start = now;
+	}
+	earliest = window_earliest;
+	latest = window_latest;
 	if (occurred_at >= earliest && occurred_at <= latest)
 		return;
 	/* timestamptz_to_str answers in a static buffer: the detail copies */
