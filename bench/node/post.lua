@@ -1,10 +1,12 @@
 -- wrk script of bench/node/run: POST one event {tenant, meter, amount}
 -- per request, of a random tenant among TENANTS (env, default 10000;
--- "hot" when TENANTS=0), with an id unique to the run when IDS=1 (the
--- idempotency key: "RUN_ID-thread-n"); prints one line bench/node/run
+-- "hot" when TENANTS=0), named TENANT_PREFIX (env, default "t") and its
+-- number, with an id unique to the run when IDS=1 (the idempotency key:
+-- "RUN_ID-thread-n"); prints one line bench/node/run
 -- parses.  Every endpoint of the bench takes this body: the queue peer and
 -- the app read the meter and the id, server.js only the tenant and amount.
 local tenants = tonumber(os.getenv("TENANTS") or "10000")
+local prefix = os.getenv("TENANT_PREFIX") or "t"
 local ids = os.getenv("IDS") == "1"
 local run = os.getenv("RUN_ID") or "r"
 local threads = 0
@@ -25,7 +27,7 @@ end
 
 request = function()
   local tenant = "hot"
-  if tenants > 0 then tenant = "t" .. math.random(0, tenants - 1) end
+  if tenants > 0 then tenant = prefix .. math.random(0, tenants - 1) end
   if not ids then
     return wrk.format(nil, nil, nil, '{"tenant":"' .. tenant .. '","meter":"api_calls","amount":1}')
   end

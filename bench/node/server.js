@@ -8,16 +8,28 @@
 //   client        POST /events   fm.track (grouped by the client); 200 once committed
 //   consume-per-request  POST /consume  one flagmeter.consume per request; 200 or 429
 //   consume-client       POST /consume  fm.consume (grouped); 200 or 429
+//   gcra-consume-client  POST /consume  the rate peer (bench/node/run rate):
+//                        the tenant's rate limit in Redis (gcra.js), then
+//                        fm.consume of the quota; 200, or 429 for the rate
+//                        (without a round trip to PostgreSQL) or the quota
 //
+// consume-client on tenants whose plan has a rate limit is the flagmeter
+// side of the rate designs: the rate and the quota in one consume.
 // The queue design is the bench's one queue peer, queue_server.js and
-// queue_worker.js.  env: DESIGN, PORT, PGHOST, PGPORT, PGUSER, PGDATABASE.
+// queue_worker.js.  env: DESIGN, PORT, PGHOST, PGPORT, PGUSER, PGDATABASE;
+// for gcra-consume-client REDIS_URL, RATE_LIMIT (units a second) and
+// RATE_BURST (default RATE_LIMIT).
 const http = require('node:http')
 const pg = require('pg')
 const { FlagMeter } = require('flagmeter')
+const { connectLimiter } = require('./gcra')
 
 const design = process.env.DESIGN
 const pool = new pg.Pool({ max: 20 })
 let fm = null
+let limiter = null
+const rate = Number(process.env.RATE_LIMIT || 1000)
+const burst = Number(process.env.RATE_BURST || rate)
 
 function body (req) {
   return new Promise((resolve, reject) => {
@@ -47,6 +59,12 @@ const handlers = {
   'consume-client': async (e) => {
     const d = await fm.consume(e.tenant, 'api_calls', 1)
     return d.granted ? 200 : 429
+  },
+  'gcra-consume-client': async (e) => {
+    const r = await limiter.limit(`rate:${e.tenant}:api_calls`, rate, 1, burst)
+    if (!r.allowed) return 429
+    const d = await fm.consume(e.tenant, 'api_calls', 1)
+    return d.granted ? 200 : 429
   }
 }
 
@@ -59,6 +77,7 @@ async function main () {
     if (process.env.FM_MAX_GROUP) knobs.maxGroup = Number(process.env.FM_MAX_GROUP)
     fm = new FlagMeter({ pool, ...knobs })
   }
+  if (design.startsWith('gcra-')) limiter = await connectLimiter(process.env.REDIS_URL)
   const server = http.createServer(async (req, res) => {
     let status = 500
     try {
@@ -75,6 +94,7 @@ async function main () {
     server.close()
     server.closeAllConnections()
     Promise.resolve(fm && fm.close()).then(() => (fm ? null : pool.end()))
+      .then(() => limiter && limiter.redis.quit())
       .finally(() => process.exit(0))
   })
 }
