@@ -53,6 +53,26 @@ calls_of() {
 		awk '{ s += $1 } END { print s + 0 }'
 }
 
+# cache_stats: "entries capacity not_stored" of the shared limit cache
+cache_stats() {
+	psql_q "SELECT concat_ws(' ', entries, capacity, not_stored) FROM flagmeter.shared_limit_cache()"
+}
+
+# cache_check BEFORE: sets cache_note to what the shared limit cache did
+# since BEFORE (cache_stats), and cache_gate when it left limits out: those
+# are read from the catalog again in every new backend, so the row would
+# time the cache's size, not the rate limit
+cache_check() {
+	local before after
+	read -r -a before <<<"$1"
+	read -r -a after <<<"$(cache_stats)"
+	cache_note="shared limit cache: ${after[0]} entries of ${after[1]}, $((after[2] - before[2])) limits not stored during the workload"
+	cache_gate=
+	if ((after[2] > before[2])); then
+		cache_gate="$((after[2] - before[2])) limits found no room in the shared limit cache (raise flagmeter.shared_limits)"
+	fi
+}
+
 # events_of WHERE: events recorded for the tenants WHERE selects
 events_of() {
 	psql_q "SELECT COALESCE(sum(amount), 0) FROM flagmeter.events WHERE $1"
@@ -70,16 +90,19 @@ EOF
 SELECT flagmeter.consume('q' || :t, 'api_calls', 1);
 EOF
 	show_scripts fm_consume_rate fm_consume_quota
+	local cache calls events qcalls qevents gate='' note cache_note cache_gate
+	cache=$(cache_stats)
 	measure consume_rate "$CLIENTS" prepared 0 fm_consume_quota fm_consume_rate
-	local calls events qcalls qevents gate='' note
 	calls=$(calls_of consume_rate.fm_consume_rate)
 	events=$(events_of "tenant ~ '^r[0-9]+$'")
 	qcalls=$(calls_of consume_rate.fm_consume_quota)
 	qevents=$(events_of "tenant ~ '^q[0-9]+$'")
-	note="all granted: $calls calls, $events events recorded (quota alone: $qcalls, $qevents)"
+	cache_check "$cache"
+	note="all granted: $calls calls, $events events recorded (quota alone: $qcalls, $qevents); $cache_note"
 	if ((calls != events || qcalls != qevents)); then
 		gate="REFUSED $((calls - events)) of $calls calls ($((qcalls - qevents)) of $qcalls with the quota alone): the sides did not do the same work"
 	fi
+	[[ -z $cache_gate ]] || gate="${gate:+$gate; }$cache_gate"
 	ratio_row consume_rate "$CLIENTS" consume_rate.fm_consume_rate consume_rate.fm_consume_quota \
 		"consume, quota alone" 0.9 "$gate" "$note"
 }
@@ -97,8 +120,9 @@ EOF
 SELECT flagmeter.consume('rate_tight', 'api_calls', 1);
 EOF
 	show_scripts fm_consume_rate_hot fm_consume_quota_hot
+	local cache calls events gate='' note cache_note cache_gate
+	cache=$(cache_stats)
 	measure consume_rate_hot "$CLIENTS" prepared 0 fm_consume_quota_hot fm_consume_rate_hot
-	local calls events gate='' note
 	calls=$(calls_of consume_rate_hot.fm_consume_rate_hot)
 	events=$(events_of "tenant = 'hotr'")
 
@@ -117,7 +141,8 @@ EOF
 	run_result "$OUT/consume_rate_hot.tight" 0 >/dev/null
 	used=$(psql_q "SELECT used FROM flagmeter.check('rate_tight', 'api_calls')")
 	tight_events=$(events_of "tenant = 'rate_tight'")
-	note="all granted: $calls calls, $events events; over-grant check: burst $RATE_TIGHT_BURST, $((per_client * CLIENTS)) calls, used $used, events $tight_events"
+	cache_check "$cache"
+	note="all granted: $calls calls, $events events; over-grant check: burst $RATE_TIGHT_BURST, $((per_client * CLIENTS)) calls, used $used, events $tight_events; $cache_note"
 	if ((calls != events)); then
 		gate="REFUSED $((calls - events)) of $calls calls: the sides did not do the same work"
 	fi
