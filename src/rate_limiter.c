@@ -185,11 +185,19 @@ per_usecs(const Interval *per)
 	return per->time;
 }
 
+/* T, the nanoseconds per unit: ceil(per / rate) */
+static int64
+unit_nsecs(int64 rate, int64 per_usecs)
+{
+	return (per_usecs * NSECS_PER_USEC + rate - 1) / rate;
+}
+
 /* NULL when the limit is valid, else why not (and *usecs is per's) */
 static const char *
 rate_problem(int64 rate, const Interval *per, int64 burst, int64 *usecs)
 {
-	int128		unit;
+	int64		unit;
+	int64		refill;
 
 	*usecs = per_usecs(per);
 	if (rate <= 0)
@@ -200,8 +208,8 @@ rate_problem(int64 rate, const Interval *per, int64 burst, int64 *usecs)
 		return "burst must be positive";
 	if (rate > *usecs * NSECS_PER_USEC)
 		return "rate is more than one unit per nanosecond";
-	unit = ((int128) *usecs * NSECS_PER_USEC + rate - 1) / rate;
-	if (unit * burst > FM_RATE_MAX_REFILL_NSECS)
+	unit = unit_nsecs(rate, *usecs);
+	if (pg_mul_s64_overflow(unit, burst, &refill) || refill > FM_RATE_MAX_REFILL_NSECS)
 		return "burst takes more than a year to refill at this rate";
 	return NULL;
 }
@@ -289,13 +297,6 @@ static int64
 usecs_of(int64 nsecs)
 {
 	return nsecs <= 0 ? 0 : (nsecs + NSECS_PER_USEC - 1) / NSECS_PER_USEC;
-}
-
-/* T, the nanoseconds per unit: ceil(per / rate) */
-static int64
-unit_nsecs(int64 rate, int64 per_usecs)
-{
-	return (per_usecs * NSECS_PER_USEC + rate - 1) / rate;
 }
 
 /*
