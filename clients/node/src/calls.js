@@ -111,7 +111,8 @@ function decision (row) {
     meter: row.meter,
     reason: row.reason,
     fromGrants: row.from_grants,
-    balance: row.balance
+    balance: row.balance,
+    retryAfterMs: row.retry_after_ms
   }
 }
 
@@ -220,7 +221,8 @@ function reservation (row) {
     reservationId: row.reservation_id,
     reserved: row.reserved,
     expiresAt: row.expires_at,
-    balance: row.balance
+    balance: row.balance,
+    retryAfterMs: row.retry_after_ms
   }
 }
 

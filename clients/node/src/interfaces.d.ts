@@ -120,6 +120,12 @@ export interface Decision {
   fromGrants: Int
   /** remaining plus what the active credit grants hold; null when unlimited and never granted credits. */
   balance: Int | null
+  /**
+   * Refused for the tenant's rate limit (reason 'rate_limited'): milliseconds
+   * until the same call would be granted, rounded up. null otherwise, and when
+   * waiting cannot help (the amount is more than the rate limit's burst).
+   */
+  retryAfterMs: number | null
 }
 
 export interface ReserveOptions {
@@ -138,6 +144,8 @@ export interface Reservation {
   expiresAt: Date | null
   /** what is left after the hold */
   balance: Int | null
+  /** Refused for the tenant's rate limit: milliseconds until it would fit, rounded up; else null. */
+  retryAfterMs: number | null
 }
 
 /** flagmeter.decision.reason (README, "Decision"). */
@@ -146,6 +154,7 @@ export type DecisionReason =
   | 'over_soft_limit'
   | 'unlimited'
   | 'quota_exceeded'
+  | 'rate_limited'
   | 'other_meter_refused'
 
 /** The limit in force for a tenant and meter (flagmeter.effective_limits). */
