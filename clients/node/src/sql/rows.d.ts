@@ -34,6 +34,15 @@ export interface ReservationRow {
   retry_after_ms: number | null
 }
 
+/** A row of flagmeter.limit_batch, its intervals in whole milliseconds: the answer to item `item` (1-based). */
+export interface RateDecisionRow {
+  item: number
+  allowed: boolean
+  remaining: Int
+  retry_after_ms: number | null
+  reset_after_ms: number
+}
+
 /** A row of flagmeter.effective_limits, as the cache keeps it (Limit). */
 export type LimitRow = Limit
 
