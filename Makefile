@@ -18,6 +18,8 @@ OBJS = \
 	src/limit.o \
 	src/limit_lookup.o \
 	src/shared_limits.o \
+	src/rate_limiter.o \
+	src/rate_limit_calls.o \
 	src/inflight.o \
 	src/inflight_consume.o \
 	src/pending_table.o \
@@ -35,6 +37,7 @@ OBJS = \
 	src/track.o \
 	src/track_batch.o \
 	src/consume_one.o \
+	src/consume_rate.o \
 	src/consume.o \
 	src/consume_batch.o \
 	src/grants.o \

@@ -211,9 +211,9 @@ fm_check_array_length(const char *what, int n, int expected)
 }
 
 /* The elements of array argument argno, which must be one-dimensional. */
-static void
-deconstruct_arg(FunctionCallInfo fcinfo, int argno, const char *what, Oid elemtype,
-				Datum **elems, bool **isnull, int *n)
+void
+fm_arg_array_elements(FunctionCallInfo fcinfo, int argno, const char *what, Oid elemtype,
+					  Datum **elems, bool **isnull, int *n)
 {
 	ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(argno);
 	int16		typlen;
@@ -236,6 +236,12 @@ deconstruct_arg(FunctionCallInfo fcinfo, int argno, const char *what, Oid elemty
 		typbyval = true;
 		typalign = TYPALIGN_INT;
 	}
+	else if (elemtype == INTERVALOID)
+	{
+		typlen = sizeof(Interval);
+		typbyval = false;
+		typalign = TYPALIGN_DOUBLE;
+	}
 	else
 	{
 		/* bigint and timestamptz */
@@ -257,7 +263,7 @@ fm_arg_text_array(FunctionCallInfo fcinfo, int argno, const char *what, int *n,
 
 	if (PG_ARGISNULL(argno))
 		fm_null_argument(what);
-	deconstruct_arg(fcinfo, argno, what, TEXTOID, &elems, &isnull, n);
+	fm_arg_array_elements(fcinfo, argno, what, TEXTOID, &elems, &isnull, n);
 	out = palloc(sizeof(char *) * Max(*n, 1));
 	for (i = 0; i < *n; i++)
 	{
@@ -287,7 +293,7 @@ fm_arg_amount_array(FunctionCallInfo fcinfo, int argno, int expected,
 
 	if (PG_ARGISNULL(argno))
 		fm_null_argument("amounts");
-	deconstruct_arg(fcinfo, argno, "amounts", INT8OID, &elems, &isnull, &n);
+	fm_arg_array_elements(fcinfo, argno, "amounts", INT8OID, &elems, &isnull, &n);
 	fm_check_array_length("amounts", n, expected);
 	out = palloc(sizeof(int64) * Max(n, 1));
 	for (i = 0; i < n; i++)
@@ -323,7 +329,7 @@ fm_arg_timestamp_array(FunctionCallInfo fcinfo, int argno, const char *what,
 			out[i] = null_means;
 		return out;
 	}
-	deconstruct_arg(fcinfo, argno, what, TIMESTAMPTZOID, &elems, &isnull, &n);
+	fm_arg_array_elements(fcinfo, argno, what, TIMESTAMPTZOID, &elems, &isnull, &n);
 	fm_check_array_length(what, n, expected);
 	for (i = 0; i < n; i++)
 		out[i] = isnull[i] ? null_means : DatumGetTimestampTz(elems[i]);
@@ -374,7 +380,7 @@ fm_arg_int4_array(FunctionCallInfo fcinfo, int argno, const char *what, int expe
 
 	if (PG_ARGISNULL(argno))
 		return NULL;
-	deconstruct_arg(fcinfo, argno, what, INT4OID, &elems, &isnull, &n);
+	fm_arg_array_elements(fcinfo, argno, what, INT4OID, &elems, &isnull, &n);
 	fm_check_array_length(what, n, expected);
 	out = palloc(sizeof(int32) * Max(n, 1));
 	for (i = 0; i < n; i++)

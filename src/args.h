@@ -68,6 +68,13 @@ extern void fm_check_array_length(const char *what, int n, int expected);
 extern int	fm_arg_batch_rows(FunctionCallInfo fcinfo, char ***tenants, char ***meters,
 							  int64 **amounts, bool zero_allowed);
 
+/*
+ * The elements of array argument argno (not NULL), one-dimensional, of
+ * elemtype: text, integer, bigint, timestamptz or interval.
+ */
+extern void fm_arg_array_elements(FunctionCallInfo fcinfo, int argno, const char *what,
+								  Oid elemtype, Datum **elems, bool **isnull, int *n);
+
 /* idempotency_keys[] of expected elements, NULL elements allowed; NULL: none */
 extern char **fm_arg_key_array(FunctionCallInfo fcinfo, int argno, int expected);
 

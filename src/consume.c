@@ -26,6 +26,7 @@
 #include "args.h"
 #include "consume.h"
 #include "consume_one.h"
+#include "consume_rate.h"
 #include "counter.h"
 #include "decision.h"
 #include "event_keys.h"
@@ -484,6 +485,89 @@ fold_pool_decisions(const FmConsumeItem *items, int nnamed, int nall, FmDecision
 }
 
 /*
+ * The quota's part of fm_consume_items: the common call on fm_consume_one's
+ * path, else every item (pools' included) decided and recorded all or
+ * none, and remembered under the key.  A key another call claimed first
+ * returns its decisions (and sets *ndecisions to their number).  *recorded:
+ * whether this call recorded its items.
+ */
+static FmDecision *
+decide_and_record(const char *tenant, FmConsumeItem *items, int n, FmConsumeItem *all,
+				  int nall, const char *key, TimestampTz now, int *ndecisions,
+				  bool *recorded)
+{
+	FmDecision *decisions;
+	FmDecision *remembered = NULL;
+	bool		granted;
+	int			i;
+
+	*recorded = false;
+	if (nall == 1 && key == NULL && !items[0].limit.grants && !items[0].limit.reserves &&
+		!items[0].force &&
+		(items[0].limit.aggregation == FM_AGG_SUM ||
+		 items[0].limit.aggregation == FM_AGG_COUNT))
+	{
+		decisions = fm_consume_one(tenant, items[0].meter, items[0].amount,
+								   &items[0].limit, items[0].period_start,
+								   items[0].period_end, now);
+		*recorded = decisions->granted;
+		return decisions;
+	}
+
+	decisions = SPI_palloc(sizeof(FmDecision) * nall);
+	granted = decide_items(tenant, all, nall, now, decisions);
+	fold_pool_decisions(all, n, nall, decisions);
+	if (key)
+		remembered = remember_decisions(tenant, key, all, nall, n, now, decisions,
+										ndecisions);
+	if (remembered)
+	{
+		/* the first call with the key wins: this one records nothing */
+		for (i = 0; i < nall; i++)
+			if (all[i].draw > 0)
+				fm_grants_undo_draw(&all[i].grants);
+		return remembered;
+	}
+	if (granted)
+		record_items(tenant, key, all, nall, now, decisions);
+	*recorded = granted;
+	return decisions;
+}
+
+/*
+ * decide_and_record for items some of which have a rate limit: the rate
+ * first, then the quota; what the quota refuses, or a failure, gives the
+ * rate back.  A refusal for the rate records nothing, not even under the
+ * key: a retry after retry_after decides again.
+ */
+static FmDecision *
+decide_rated(const char *tenant, FmConsumeItem *items, int n, FmConsumeItem *all,
+			 int nall, const char *key, TimestampTz now, int *ndecisions)
+{
+	FmDecision *decisions;
+	bool		recorded;
+	int			refused;
+	int64		retry_after;
+
+	if (!fm_items_rate_spend(tenant, items, n, &refused, &retry_after))
+		return fm_items_rate_refusal(tenant, items, n, refused, retry_after);
+	PG_TRY();
+	{
+		decisions = decide_and_record(tenant, items, n, all, nall, key, now, ndecisions,
+									  &recorded);
+	}
+	PG_CATCH();
+	{
+		fm_items_rate_give_back(tenant, items, n);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (!recorded)
+		fm_items_rate_give_back(tenant, items, n);
+	return decisions;
+}
+
+/*
  * The heart of consume (consume.h).  The common call (one sum or count
  * meter, no key, no credit grants or pool) takes fm_consume_one's shorter
  * path; a call whose meters draw from pools decides and records their
@@ -497,6 +581,7 @@ fm_consume_items(const char *tenant, FmConsumeItem *items, int n, const char *ke
 	FmDecision *decisions;
 	FmConsumeItem *all;
 	int			nall;
+	bool		recorded;
 	int			i;
 
 	*ndecisions = n;
@@ -514,39 +599,15 @@ fm_consume_items(const char *tenant, FmConsumeItem *items, int n, const char *ke
 
 	all = with_pool_items(tenant, items, n, now, &nall);
 
-	if (nall == 1 && key == NULL && !items[0].limit.grants && !items[0].limit.reserves &&
-		!items[0].force &&
-		(items[0].limit.aggregation == FM_AGG_SUM ||
-		 items[0].limit.aggregation == FM_AGG_COUNT))
-		decisions = fm_consume_one(tenant, items[0].meter, items[0].amount,
-								   &items[0].limit, items[0].period_start,
-								   items[0].period_end, now);
-	else if (key && (decisions = fm_replayed_decisions(tenant, key, ndecisions)) != NULL)
+	if (key && (decisions = fm_replayed_decisions(tenant, key, ndecisions)) != NULL)
 	{
-		/* a retried key: the original decision, nothing recorded */
+		/* a retried key: the original decision, nothing recorded or spent */
 	}
+	else if (!fm_items_rate_limited(items, n))
+		decisions = decide_and_record(tenant, items, n, all, nall, key, now, ndecisions,
+									  &recorded);
 	else
-	{
-		FmDecision *remembered = NULL;
-		bool		granted;
-
-		decisions = SPI_palloc(sizeof(FmDecision) * nall);
-		granted = decide_items(tenant, all, nall, now, decisions);
-		fold_pool_decisions(all, n, nall, decisions);
-		if (key)
-			remembered = remember_decisions(tenant, key, all, nall, n, now, decisions,
-											ndecisions);
-		if (remembered)
-		{
-			/* the first call with the key wins: this one records nothing */
-			for (i = 0; i < nall; i++)
-				if (all[i].draw > 0)
-					fm_grants_undo_draw(&all[i].grants);
-			decisions = remembered;
-		}
-		else if (granted)
-			record_items(tenant, key, all, nall, now, decisions);
-	}
+		decisions = decide_rated(tenant, items, n, all, nall, key, now, ndecisions);
 	SPI_finish();
 	fm_usage_target_clear();
 	return decisions;

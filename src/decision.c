@@ -60,6 +60,7 @@ fm_decision_at(const FmLimit *limit, bool granted, int64 used,
 	decision->from_grants = 0;
 	decision->has_balance = limit->limited;
 	decision->balance = decision->remaining;
+	decision->retry_after = -1;
 	if (!limit->limited)
 		decision->reason = FM_REASON_UNLIMITED;
 	else if (!granted)
@@ -78,8 +79,19 @@ fm_decision_refused_with_others(FmDecision *decision)
 	decision->granted = false;
 }
 
+void
+fm_decision_rate_limited(FmDecision *decision, int64 retry_after)
+{
+	decision->granted = false;
+	decision->reason = FM_REASON_RATE_LIMITED;
+	decision->from_grants = 0;
+	decision->retry_after = retry_after;
+}
+
+/* in FmReason's order */
 static const char *const reason_names[] = {
-	"ok", "over_soft_limit", "unlimited", "quota_exceeded", "other_meter_refused"
+	"ok", "over_soft_limit", "unlimited", "quota_exceeded", "other_meter_refused",
+	"rate_limited"
 };
 
 static FmReason
@@ -189,6 +201,7 @@ fm_decision_from_row(HeapTuple row, TupleDesc desc, int first, FmDecision *d)
 	v = SPI_getbinval(row, desc, first + 8, &isnull);
 	d->has_balance = !isnull;
 	d->balance = isnull ? 0 : DatumGetInt64(v);
+	d->retry_after = -1;
 }
 
 /*
@@ -220,7 +233,10 @@ fm_decision_columns(const FmDecision *d, Datum *values, bool *nulls)
 	Datum		fields[FM_DECISION_FIELDS];
 	bool		field_nulls[FM_DECISION_FIELDS];
 
-	/* the type's order: granted .. overage, meter, reason .. balance */
+	/*
+	 * the type's order: granted .. overage, meter, reason .. balance,
+	 * retry_after
+	 */
 	fm_decision_values(d, fields, field_nulls);
 	memcpy(values, fields, sizeof(Datum) * 6);
 	memcpy(nulls, field_nulls, sizeof(bool) * 6);
@@ -228,6 +244,9 @@ fm_decision_columns(const FmDecision *d, Datum *values, bool *nulls)
 	nulls[6] = false;
 	memcpy(values + 7, fields + 6, sizeof(Datum) * (FM_DECISION_FIELDS - 6));
 	memcpy(nulls + 7, field_nulls + 6, sizeof(bool) * (FM_DECISION_FIELDS - 6));
+	values[FM_DECISION_FIELDS + 1] = d->retry_after < 0 ? (Datum) 0 :
+		IntervalPGetDatum(fm_interval_of_usecs(d->retry_after));
+	nulls[FM_DECISION_FIELDS + 1] = d->retry_after < 0;
 }
 
 HeapTuple

@@ -24,8 +24,10 @@ typedef enum FmReason
 	FM_REASON_OVER_SOFT_LIMIT,	/* granted beyond a soft quota */
 	FM_REASON_UNLIMITED,		/* no limit applies */
 	FM_REASON_QUOTA_EXCEEDED,	/* refused: beyond the hard quota */
-	FM_REASON_OTHER_METER_REFUSED	/* refused: another meter of the same
+	FM_REASON_OTHER_METER_REFUSED,	/* refused: another meter of the same
 									 * all-or-nothing consume was */
+	FM_REASON_RATE_LIMITED		/* refused: beyond the rate limit (never
+								 * remembered under an idempotency key) */
 } FmReason;
 
 typedef struct FmDecision
@@ -44,6 +46,8 @@ typedef struct FmDecision
 	bool		has_balance;	/* false: unlimited and never granted credits */
 	int64		balance;		/* quota remaining plus active grants
 								 * remaining */
+	int64		retry_after;	/* microseconds until a call refused for its
+								 * rate would be granted; -1: NULL */
 } FmDecision;
 
 /*
@@ -63,6 +67,12 @@ extern void fm_decision_at(const FmLimit *limit, bool granted, int64 used,
 
 /* A refusal of an item that was itself within its quota. */
 extern void fm_decision_refused_with_others(FmDecision *decision);
+
+/*
+ * A refusal for the rate limit: the figures stay (the quota's, unchanged),
+ * retry_after is in microseconds, -1 when waiting cannot help.
+ */
+extern void fm_decision_rate_limited(FmDecision *decision, int64 retry_after);
 
 /*
  * Usage levels.  fm_threshold_reached: used is at least percent of quota
@@ -92,8 +102,11 @@ extern void fm_decision_values(const FmDecision *d, Datum *values, bool *nulls);
 extern void fm_decision_from_row(HeapTuple row, TupleDesc desc, int first,
 								 FmDecision *d);
 
-/* The columns of flagmeter.decision: the fields with meter before reason. */
-#define FM_DECISION_COLUMNS (FM_DECISION_FIELDS + 1)
+/*
+ * The columns of flagmeter.decision: the fields with meter before reason,
+ * then retry_after (never remembered: a refusal for the rate is not).
+ */
+#define FM_DECISION_COLUMNS (FM_DECISION_FIELDS + 2)
 extern void fm_decision_columns(const FmDecision *d, Datum *values, bool *nulls);
 
 /* The blessed descriptor of flagmeter.decision, cached at the call site. */

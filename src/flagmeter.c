@@ -14,6 +14,7 @@
 #include "pending.h"
 #include "limit_lookup.h"
 #include "notify.h"
+#include "rate_limiter.h"
 #include "shared_limits.h"
 #include "stripes.h"
 
@@ -31,5 +32,6 @@ _PG_init(void)
 	fm_inflight_init();
 	fm_pending_init();
 	fm_notify_init();
+	fm_rate_limiter_init();
 	MarkGUCPrefixReserved("flagmeter");
 }

@@ -1,8 +1,9 @@
 /*
  * limit.h
  *	  A limit as the calls use it: the meter's aggregation and the quota,
- *	  period, mode and thresholds in force for one tenant.  Where it comes
- *	  from is limit_lookup.h; what it decides is decision.h.
+ *	  period, mode and thresholds in force for one tenant, and its rate
+ *	  limit.  Where it comes from is limit_lookup.h; what it decides is
+ *	  decision.h (and rate_limiter.h for the rate).
  */
 #ifndef FLAGMETER_LIMIT_H
 #define FLAGMETER_LIMIT_H
@@ -23,6 +24,17 @@ typedef enum FmAggregation
 	FM_AGG_MAX,					/* greatest amount */
 	FM_AGG_LATEST				/* amount of the latest event */
 } FmAggregation;
+
+/*
+ * A rate limit: at most rate units per per_usecs microseconds, in bursts of
+ * at most burst units (rate_limiter.h applies it).  rate 0: none.
+ */
+typedef struct FmRate
+{
+	int64		rate;
+	int64		per_usecs;
+	int64		burst;
+} FmRate;
 
 typedef struct FmLimit
 {
@@ -47,6 +59,9 @@ typedef struct FmLimit
 												 * (pools.h) */
 	int64		rate_num;		/* pool units per unit: rate_num / rate_den */
 	int64		rate_den;
+	FmRate		rate_limit;		/* the tenant's rate limit for the meter
+								 * (flagmeter.rate_overrides, else
+								 * rate_limits); rate 0 for none */
 	int32		fingerprint;	/* of what decides the announcements: track
 								 * re-reads a period whose recheck figure was
 								 * worked out for another one */

@@ -31,6 +31,7 @@
 #include "counter.h"
 #include "limit_lookup.h"
 #include "pk_scan.h"
+#include "rate_limiter.h"
 #include "shared_limits.h"
 #include "statements.h"
 
@@ -100,7 +101,7 @@ static MemoryContext limit_cache_context = NULL;
 
 /* the shared cache's generation when this backend's caches were emptied */
 static uint64 limit_cache_generation = 0;
-static Oid	watched_relids[7];
+static Oid	watched_relids[9];
 
 /*
  * The settings the calls read, from flagmeter.current_settings: whether
@@ -147,6 +148,7 @@ typedef struct PlanLimitEntry
 	char		pool[FM_NAME_MAX_BYTES + 1];	/* the meter's credit pool */
 	int64		rate_num;
 	int64		rate_den;
+	FmRate		rate_limit;		/* the plan's rate limit, rate 0 for none */
 } PlanLimitEntry;
 
 static HTAB *plan_limit_cache = NULL;
@@ -180,7 +182,7 @@ static void
 reset_limit_cache(void)
 {
 	static const char *const watched[] = {"meters", "plans", "limits", "tenants", "overrides",
-	"settings", "credit_accounts"};
+	"settings", "credit_accounts", "rate_limits", "rate_overrides"};
 	HASHCTL		ctl;
 	int			i;
 
@@ -467,19 +469,33 @@ fm_config_changed(PG_FUNCTION_ARGS)
 
 /*
  * the meter's aggregation, plan $1's limit for meter $2 (no row: no such
- * meter), and the meter's pool with its rate as an exact fraction
+ * meter), the meter's pool with its rate as an exact fraction, and the
+ * plan's rate limit for the meter
  */
 static FmStatement plan_limit_stmt = {
 	"SELECT m.aggregation, l.quota, l.period, l.mode, l.thresholds, m.draws,"
 	" (m.rate OPERATOR(pg_catalog.*) pg_catalog.power(10::pg_catalog.numeric,"
 	"   pg_catalog.scale(m.rate)))::pg_catalog.int8,"
-	" pg_catalog.power(10::pg_catalog.numeric, pg_catalog.scale(m.rate))::pg_catalog.int8"
+	" pg_catalog.power(10::pg_catalog.numeric, pg_catalog.scale(m.rate))::pg_catalog.int8,"
+	" r.rate, r.per, r.burst"
 	" FROM flagmeter.meters m"
 	" LEFT JOIN flagmeter.limits l"
 	"   ON l.plan OPERATOR(pg_catalog.=) $1 AND l.meter OPERATOR(pg_catalog.=) m.meter"
+	" LEFT JOIN flagmeter.rate_limits r"
+	"   ON r.plan OPERATOR(pg_catalog.=) $1 AND r.meter OPERATOR(pg_catalog.=) m.meter"
 	" WHERE m.meter OPERATOR(pg_catalog.=) $2",
 	2, {TEXTOID, TEXTOID}
 };
+
+/*
+ * A rate limit's columns (rate, per, burst) in limit form; the tables'
+ * constraint keeps them valid, so fm_rate_from_args only converts.
+ */
+static void
+rate_limit_from_columns(Datum rate, Datum per, Datum burst, FmRate *out)
+{
+	fm_rate_from_args(DatumGetInt64(rate), DatumGetIntervalP(per), DatumGetInt64(burst), out);
+}
 
 /* An integer[] of thresholds into limit form; errors past FM_MAX_THRESHOLDS. */
 static void
@@ -557,6 +573,15 @@ plan_limit(const char *plan, const char *tenant, const char *meter, bool read_on
 		loaded.rate_num = DatumGetInt64(SPI_getbinval(row, desc, 7, &isnull));
 		loaded.rate_den = DatumGetInt64(SPI_getbinval(row, desc, 8, &isnull));
 	}
+	d = SPI_getbinval(row, desc, 9, &isnull);
+	if (!isnull)
+	{
+		bool		per_null;
+		bool		burst_null;
+
+		rate_limit_from_columns(d, SPI_getbinval(row, desc, 10, &per_null),
+								SPI_getbinval(row, desc, 11, &burst_null), &loaded.rate_limit);
+	}
 	SPI_finish();
 
 	/* an invalidation may have arrived while loading: then it is not kept */
@@ -600,14 +625,22 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 	Datum		a[2];
 	bool		anull[2];
 	bool		account;
+	static const char *const rate_columns[] = {"rate", "per", "burst"};
+	Datum		r[3];
+	bool		rnull[3];
+	bool		rate_overridden = false;
 	const PlanLimitEntry *pl;
 	Snapshot	snapshot;
 
 	snapshot = read_only ? load_snapshot(true) : RegisterSnapshot(load_snapshot(false));
 	assigned = fm_pk_fetch("tenants", 1, keys, snapshot, 3, tenant_columns, t, tnull);
 	if (assigned)
+	{
 		overridden = fm_pk_fetch("overrides", 2, keys, snapshot, 4, override_columns,
 								 o, onull);
+		rate_overridden = fm_pk_fetch("rate_overrides", 2, keys, snapshot, 3, rate_columns,
+									  r, rnull);
+	}
 	account = fm_pk_fetch("credit_accounts", 2, keys, snapshot, 2, account_columns, a, anull);
 	if (!read_only)
 		UnregisterSnapshot(snapshot);
@@ -647,6 +680,10 @@ load_limit_from_catalog(const char *tenant, const char *meter, bool read_only,
 	strlcpy(limit->pool, pl->pool, sizeof(limit->pool));
 	limit->rate_num = pl->rate_num;
 	limit->rate_den = pl->rate_den;
+	if (rate_overridden)
+		rate_limit_from_columns(r[0], r[1], r[2], &limit->rate_limit);
+	else
+		limit->rate_limit = pl->rate_limit;
 	limit->fingerprint = fm_limit_fingerprint(limit);
 	limit->anchor = assigned ? DatumGetTimestampTz(t[1]) : FM_UNASSIGNED_ANCHOR;
 	limit->tz = fm_lookup_timezone(assigned ? TextDatumGetCString(t[2]) : "UTC");

@@ -506,3 +506,12 @@ fm_period_bounds_sql(PG_FUNCTION_ARGS)
 	tupdesc = BlessTupleDesc(tupdesc);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
+
+Interval *
+fm_interval_of_usecs(int64 usecs)
+{
+	Interval   *result = palloc0(sizeof(Interval));
+
+	result->time = usecs;
+	return result;
+}

@@ -68,4 +68,10 @@ extern void fm_period_bounds(FmPeriodKind kind, TimestampTz anchor, pg_tz *tz,
 							 TimestampTz at,
 							 TimestampTz *start, TimestampTz *end);
 
+/*
+ * A duration in microseconds as an interval (time only, so that it prints
+ * as 00:00:01.5 rather than in days), palloc'd.
+ */
+extern Interval *fm_interval_of_usecs(int64 usecs);
+
 #endif							/* FLAGMETER_PERIOD_H */

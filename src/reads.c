@@ -20,6 +20,7 @@
 #include "limit_lookup.h"
 #include "period.h"
 #include "pools.h"
+#include "rate_limiter.h"
 #include "reads.h"
 #include "usage_rows.h"
 
@@ -33,10 +34,14 @@ fm_check(PG_FUNCTION_ARGS)
 	int64		amount;
 	FmDecision	decision;
 	TupleDesc	desc;
+	FmLimit		limit;
 
 	amount = fm_arg_amount(fcinfo, 2, true);
 	desc = fm_decision_desc(fcinfo);
 	fm_check_decision(tenant, meter, amount, &decision);
+	/* and whether the rate limit would let amount through now */
+	fm_load_limit(tenant, meter, true, &limit);
+	fm_decision_apply_rate(tenant, meter, &limit, amount, false, &decision);
 	PG_RETURN_DATUM(HeapTupleGetDatum(fm_decision_tuple(desc, &decision)));
 }
 

@@ -25,6 +25,7 @@
 #include "limit_lookup.h"
 #include "period.h"
 #include "pools.h"
+#include "rate_limiter.h"
 #include "reads.h"
 #include "statements.h"
 #include "usage_rows.h"
@@ -256,7 +257,7 @@ insert_reservation(const char *tenant, const char *meter, int64 amount,
 
 /*
  * reserve(tenant, meter, amount, ttl, idempotency_key)
- *   -> (granted, reservation_id, reserved, expires_at, balance)
+ *   -> (granted, reservation_id, reserved, expires_at, balance, retry_after)
  *
  * Decides as a hard-limit consume of amount would, holds included, under
  * the period's stripe 0 lock and the grants' locks (so a void_grant or a
@@ -277,8 +278,8 @@ fm_reserve(PG_FUNCTION_ARGS)
 	FmLimit		limit;
 	FmDecision	decision;
 	TupleDesc	desc;
-	Datum		values[5];
-	bool		nulls[5] = {false, false, false, false, false};
+	Datum		values[6];
+	bool		nulls[6] = {false, false, false, false, false, false};
 	int64		id = 0;
 	bool		granted;
 
@@ -294,6 +295,12 @@ fm_reserve(PG_FUNCTION_ARGS)
 	/* a retry: the reservation the key made, already counted */
 	if (key && keyed_reservation(tenant, key, &id, &amount, &expires_at))
 		granted = true;
+	/* a new hold spends the rate limit, once nothing else refuses it */
+	if (granted && id == 0)
+	{
+		fm_decision_apply_rate(tenant, meter, &limit, amount, true, &decision);
+		granted = decision.granted;
+	}
 	if (granted && id == 0)
 	{
 		id = insert_reservation(tenant, meter, amount, now, expires_at, key);
@@ -310,6 +317,9 @@ fm_reserve(PG_FUNCTION_ARGS)
 	nulls[3] = !granted;
 	values[4] = Int64GetDatum(decision.balance);
 	nulls[4] = !decision.has_balance;
+	values[5] = decision.retry_after < 0 ? (Datum) 0 :
+		IntervalPGetDatum(fm_interval_of_usecs(decision.retry_after));
+	nulls[5] = decision.retry_after < 0;
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
 }
 

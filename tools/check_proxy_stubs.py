@@ -71,6 +71,16 @@ NOT_PROXIED = {
         "set_feature's first half, run on every shard by the proxy's set_feature",
     "announce_plan_feature(text, text)":
         "set_feature's second half, run on every shard by the proxy's set_feature",
+    "store_rate_limit(text, text, text, bigint, interval, bigint)":
+        "set_rate_limit's first half, run on every shard by the proxy's set_rate_limit; "
+        "override_rate_limit's, run on the tenant's shard",
+    "announce_rate_limit(text, text, text)":
+        "the second half of set_rate_limit and override_rate_limit, run where the first ran",
+    "delete_rate_limit(text, text, text)": "the body of drop_rate_limit and drop_rate_override on the shard",
+    "drop_rate_limit(text, text)": "not yet proxied: every shard or none, and its answer is per shard",
+    # keys of one batch route to different shards
+    "limit_batch(text[], bigint[], interval[], bigint[], bigint[])":
+        "its keys route to different shards: the proxy's limit() routes each key",
     # what flagmeter's own calls use on the shard
     "announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[])":
         "for the catalog functions on the shard, not for apps",

@@ -14,7 +14,9 @@
 --
 --   routed by tenant   RUN ON tenant_hash(tenant): track, consume (both),
 --                      check, usage, void, assign_plan, override_limit,
---                      drop_override, limit_config, status(tenant),
+--                      drop_override, override_rate_limit,
+--                      drop_rate_override, rate_limit_config, limit (by
+--                      its key), limit_config, status(tenant),
 --                      usage_series, unassign_tenant, override_feature,
 --                      drop_feature_override, has_feature, feature_config
 --   split by shard     track_batch (SPLIT on its arrays); track_events and
@@ -23,9 +25,11 @@
 --   run on all shards  and merged here: the view status, top_tenants,
 --                      usage_series_all
 --   every shard or none, by two-phase commit (on_every_shard):
---                      define_meter, define_plan, set_limit, define_feature,
---                      set_feature
---   not yet proxied    drop_plan, drop_meter, configure (every shard or none),
+--                      define_meter, define_plan, set_limit, set_rate_limit,
+--                      define_feature, set_feature
+--   not yet proxied    drop_plan, drop_meter, drop_rate_limit, configure
+--                      (every shard or none), limit_batch (route each key
+--                      with limit),
 --                      the untyped overloads consume(text, text, text, text)
 --                      and track(text, text, bigint, text, text), the views
 --                      tenant_features and entitlements, grant_access
@@ -162,7 +166,7 @@ COMMENT ON FUNCTION flagmeter.balance(text, text) IS
 CREATE FUNCTION flagmeter.reserve(tenant text, meter text, amount bigint,
 	ttl interval DEFAULT '5 minutes', idempotency_key text DEFAULT NULL,
 	OUT granted boolean, OUT reservation_id bigint, OUT reserved bigint,
-	OUT expires_at timestamptz, OUT balance bigint)
+	OUT expires_at timestamptz, OUT balance bigint, OUT retry_after interval)
 RETURNS record
 LANGUAGE plproxy VOLATILE
 AS $$
@@ -193,6 +197,53 @@ AS $$
 $$;
 COMMENT ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) IS
 'flagmeter.override_limit on the tenant''s shard';
+
+-- A tenant's rate limit lives on its shard, with its usage: the limiter of
+-- one shard's shared memory decides for it.
+CREATE FUNCTION flagmeter.override_rate_limit(tenant text, meter text, rate bigint, per interval,
+	burst bigint DEFAULT NULL)
+RETURNS void
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.override_rate_limit(text, text, bigint, interval, bigint) IS
+'flagmeter.override_rate_limit on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.drop_rate_override(tenant text, meter text)
+RETURNS boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.drop_rate_override(text, text) IS
+'flagmeter.drop_rate_override on the tenant''s shard';
+
+CREATE FUNCTION flagmeter.rate_limit_config(tenant text, meter text,
+	OUT rate bigint, OUT per interval, OUT burst bigint, OUT source text)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE ROWS 1
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.rate_limit_config(text, text) IS
+'flagmeter.rate_limit_config on the tenant''s shard';
+
+-- limit(key): one key's limiter is on one shard, the one its key hashes to
+-- as a tenant would.
+CREATE FUNCTION flagmeter.limit(key text, rate bigint, per interval, burst bigint DEFAULT NULL,
+	cost bigint DEFAULT 1)
+RETURNS flagmeter.rate_decision
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(key);
+$$;
+COMMENT ON FUNCTION flagmeter.limit(text, bigint, interval, bigint, bigint) IS
+'flagmeter.limit on the shard the key hashes to';
 
 CREATE FUNCTION flagmeter.drop_override(tenant text, meter text)
 RETURNS boolean
@@ -438,7 +489,7 @@ CREATE FUNCTION flagmeter.consume_batch_on(part integer, tenants text[], meters 
 	idempotency_keys text[], items integer[])
 RETURNS TABLE (item integer, granted boolean, used bigint, quota bigint, remaining bigint,
 	resets_at timestamptz, overage bigint, meter text, reason text, from_grants bigint,
-	balance bigint)
+	balance bigint, retry_after interval)
 LANGUAGE plproxy VOLATILE
 AS $$
 	CLUSTER 'flagmeter';
@@ -452,7 +503,7 @@ CREATE FUNCTION flagmeter.consume_batch(tenants text[], meters text[], amounts b
 	idempotency_keys text[] DEFAULT NULL, items integer[] DEFAULT NULL)
 RETURNS TABLE (item integer, granted boolean, used bigint, quota bigint, remaining bigint,
 	resets_at timestamptz, overage bigint, meter text, reason text, from_grants bigint,
-	balance bigint)
+	balance bigint, retry_after interval)
 LANGUAGE plpgsql VOLATILE ROWS 16
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -936,6 +987,23 @@ END $$;
 COMMENT ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[], integer, bigint, integer) IS
 'flagmeter.set_limit on every shard or on none: the limit (and its rollover) by two-phase commit, then each shard announces it; each shard''s maintain() makes its own tenants'' rollover grants';
 
+-- store_rate_limit under two-phase commit, announce_rate_limit after it.
+CREATE FUNCTION flagmeter.set_rate_limit(plan text, meter text, rate bigint, per interval,
+	burst bigint DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM flagmeter.on_every_shard(
+		format('SELECT flagmeter.store_rate_limit(%L::text, %L::text, %L::text, %L::bigint, '
+		       '%L::interval, %L::bigint)', plan, NULL::text, meter, rate, per, burst),
+		format('SELECT flagmeter.announce_rate_limit(%L::text, %L::text, %L::text)',
+		       plan, NULL::text, meter));
+END $$;
+COMMENT ON FUNCTION flagmeter.set_rate_limit(text, text, bigint, interval, bigint) IS
+'flagmeter.set_rate_limit on every shard or on none: the plan''s rate limit by two-phase commit, then each shard announces it; each shard limits its own tenants';
+
 -- Privileges, as on a shard: what writes or changes configuration is not
 -- for PUBLIC.
 REVOKE ALL ON FUNCTION flagmeter.track(text, text, bigint, timestamptz, text) FROM PUBLIC;
@@ -953,6 +1021,10 @@ REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integ
 REVOKE ALL ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_override(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.set_rate_limit(text, text, bigint, interval, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.override_rate_limit(text, text, bigint, interval, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.drop_rate_override(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.limit(text, bigint, interval, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.unassign_tenant(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.define_feature(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.set_feature(text, text, boolean, jsonb) FROM PUBLIC;

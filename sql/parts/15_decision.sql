@@ -15,7 +15,8 @@ CREATE TYPE flagmeter.decision AS (
 	meter		text,
 	reason		text,
 	from_grants	bigint,
-	balance		bigint
+	balance		bigint,
+	retry_after	interval
 );
 COMMENT ON TYPE flagmeter.decision IS
-'answer of consume and check: granted, used and remaining after the call (unchanged when denied), quota, remaining and overage NULL when unlimited, resets_at NULL for lifetime, overage = used beyond the quota (soft limits), reason why (ok, over_soft_limit, unlimited, quota_exceeded, other_meter_refused), from_grants = units of this call drawn from credit grants, balance = quota remaining plus active credit grants remaining (NULL when unlimited without grants)';
+'answer of consume and check: granted, used and remaining after the call (unchanged when denied), quota, remaining and overage NULL when unlimited, resets_at NULL for lifetime, overage = used beyond the quota (soft limits), reason why (ok, over_soft_limit, unlimited, quota_exceeded, rate_limited, other_meter_refused), from_grants = units of this call drawn from credit grants, balance = quota remaining plus active credit grants remaining (NULL when unlimited without grants), retry_after = how long until a call refused for its rate limit would be granted (NULL otherwise, and when waiting cannot help)';

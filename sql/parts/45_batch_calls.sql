@@ -20,7 +20,7 @@ CREATE FUNCTION flagmeter.consume_batch(tenants text[], meters text[], amounts b
 	idempotency_keys text[] DEFAULT NULL, items integer[] DEFAULT NULL)
 RETURNS TABLE (item integer, granted boolean, used bigint, quota bigint, remaining bigint,
 	resets_at timestamptz, overage bigint, meter text, reason text, from_grants bigint,
-	balance bigint)
+	balance bigint, retry_after interval)
 AS 'MODULE_PATHNAME', 'fm_consume_batch'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 16;
 COMMENT ON FUNCTION flagmeter.consume_batch(text[], text[], bigint[], text[], integer[]) IS

@@ -420,12 +420,12 @@ SELECT pg_catalog.pg_extension_config_dump('flagmeter.reservation_id', '');
 CREATE FUNCTION flagmeter.reserve(tenant text, meter text, amount bigint,
 	ttl interval DEFAULT '5 minutes', idempotency_key text DEFAULT NULL,
 	OUT granted boolean, OUT reservation_id bigint, OUT reserved bigint,
-	OUT expires_at timestamptz, OUT balance bigint)
+	OUT expires_at timestamptz, OUT balance bigint, OUT retry_after interval)
 RETURNS record
 AS 'MODULE_PATHNAME', 'fm_reserve'
 LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
 COMMENT ON FUNCTION flagmeter.reserve(text, text, bigint, interval, text) IS
-'holds amount of a sum meter against the tenant''s quota and credit grants for ttl, all or nothing as a hard-limit consume decides: granted with a reservation_id, or refused (reservation_id NULL); balance is what is left after it; a retried idempotency key returns the reservation it made';
+'holds amount of a sum meter against the tenant''s quota and credit grants for ttl, all or nothing as a hard-limit consume decides: granted with a reservation_id, or refused (reservation_id NULL); balance is what is left after it; the tenant''s rate limit for the meter applies to amount too (refused for it: retry_after says when it would fit); a retried idempotency key returns the reservation it made';
 
 CREATE FUNCTION flagmeter.settle(reservation_id bigint, actual bigint)
 RETURNS flagmeter.decision

@@ -74,6 +74,10 @@ REVOKE ALL ON FUNCTION flagmeter.check(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.limit_in_force(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.usage(text, text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.void(text, text) FROM PUBLIC;
+-- the rate limiters live in shared memory: spending from one is a write
+REVOKE ALL ON FUNCTION flagmeter.limit(text, bigint, interval, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.limit_batch(text[], bigint[], interval[], bigint[], bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.set_test_clock(timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.announce(text, text, text, text, timestamptz, bigint, bigint, text, text, integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.review_usage(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.announce_feature(text, text, text, boolean, jsonb) FROM PUBLIC;
@@ -87,6 +91,13 @@ REVOKE ALL ON FUNCTION flagmeter.announce_limit(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_override(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.set_rate_limit(text, text, bigint, interval, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.override_rate_limit(text, text, bigint, interval, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.store_rate_limit(text, text, text, bigint, interval, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.drop_rate_limit(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.drop_rate_override(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.delete_rate_limit(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.announce_rate_limit(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.unassign_tenant(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_plan(text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_meter(text, boolean) FROM PUBLIC;
@@ -136,7 +147,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	config_tables text[] := ARRAY['flagmeter.meters', 'flagmeter.tenants', 'flagmeter.limits',
-	                              'flagmeter.overrides'];
+	                              'flagmeter.overrides', 'flagmeter.rate_limits',
+	                              'flagmeter.rate_overrides'];
 	-- entitlements and tenant_features read these with the caller's privileges
 	feature_tables text[] := ARRAY['flagmeter.features', 'flagmeter.plan_features',
 	                               'flagmeter.feature_overrides'];
@@ -169,7 +181,9 @@ BEGIN
 			'flagmeter.balance(text, text)',
 			'flagmeter.reserve(text, text, bigint, interval, text)',
 			'flagmeter.settle(bigint, bigint)',
-			'flagmeter.release(bigint)']) f;
+			'flagmeter.release(bigint)',
+			'flagmeter.limit(text, bigint, interval, bigint, bigint)',
+			'flagmeter.limit_batch(text[], bigint[], interval[], bigint[], bigint[])']) f;
 	ELSIF access = 'listener' THEN
 		-- step 2 of the client protocol reads blocked and effective_limits,
 		-- latest_version() and changes_since() read the outbox; a client
@@ -196,6 +210,13 @@ BEGIN
 			'flagmeter.assign_plan(text, text, timestamptz, text)',
 			'flagmeter.override_limit(text, text, bigint, text, text, integer[])',
 			'flagmeter.drop_override(text, text)',
+			'flagmeter.set_rate_limit(text, text, bigint, interval, bigint)',
+			'flagmeter.override_rate_limit(text, text, bigint, interval, bigint)',
+			'flagmeter.store_rate_limit(text, text, text, bigint, interval, bigint)',
+			'flagmeter.drop_rate_limit(text, text)',
+			'flagmeter.drop_rate_override(text, text)',
+			'flagmeter.delete_rate_limit(text, text, text)',
+			'flagmeter.announce_rate_limit(text, text, text)',
 			'flagmeter.define_feature(text, text)',
 			'flagmeter.set_feature(text, text, boolean, jsonb)',
 			'flagmeter.store_feature(text, text, boolean, jsonb)',
