@@ -84,6 +84,21 @@ test('rateLimit grants the burst, then refuses with retryAfterMs until a unit is
   } finally { await close() }
 })
 
+test('retryAfterMs is rounded up to whole milliseconds: a retry after it is never early', async () => {
+  const { fm, at, close } = clockedClient()
+  try {
+    const limit = { rate: 64, per: 1, burst: 1 } // a unit every 15.625 ms
+    await at(0)
+    assert.equal((await fm.rateLimit('poll:ann', limit)).allowed, true)
+    const refused = await fm.rateLimit('poll:ann', limit)
+    assert.deepEqual([refused.allowed, refused.retryAfterMs, refused.resetAfterMs], [false, 16, 16])
+    await at(15)
+    assert.deepEqual((await fm.rateLimit('poll:ann', limit)).retryAfterMs, 1)
+    await at(16)
+    assert.deepEqual((await fm.rateLimit('poll:ann', limit)).allowed, true)
+  } finally { await close() }
+})
+
 test('burst, cost 0 (look without spending), a cost above the burst', async () => {
   const fm = client()
   try {
