@@ -96,6 +96,7 @@ function createApi ({ fm, metrics, deliverer, ratePolicies }) {
     metrics.consumes.inc({ result: d.granted ? 'granted' : 'refused' })
     const body2 = { granted: d.granted, reason: d.reason, used: d.used, quota: d.quota, remaining: d.remaining, resets_at: d.resetsAt, overage: d.overage, meter }
     if (d.granted) return [200, body2, quotaHeaders(d)]
+    metrics.refused(tenant, d.reason)
     if (d.reason !== 'rate_limited') return [429, { error: 'quota exceeded', ...body2 }, quotaHeaders(d)]
     // not remembered under its key: the same id after Retry-After decides again
     const retryAfterMs = d.retryAfterMs ?? null

@@ -211,7 +211,10 @@ function createApp (opts) {
     onError: (err) => log(`webhooks: ${err.message}`)
   })
   for (const kind of ALERT_KINDS) fm.on(kind, () => deliverer.kick())
-  const live = new LiveFeed({ fm, instance: opts.instance ?? `pid ${process.pid}`, ...opts.live, onError: (err) => log(`dashboard: ${err.message}`) })
+  const live = new LiveFeed({
+    fm, instance: opts.instance ?? `pid ${process.pid}`, ...opts.live,
+    rateLimited: () => metrics.rateLimited(), onError: (err) => log(`dashboard: ${err.message}`)
+  })
   metrics.state.streamClients = () => live.clients
   const api = createApi({ fm, metrics, deliverer, ratePolicies: new RatePolicies(fm) })
   const server = http.createServer(handler({ fm, api, live, metrics, log }))

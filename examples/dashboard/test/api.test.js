@@ -33,6 +33,13 @@ async function scalar (sql) {
   return Object.values(rows[0])[0]
 }
 
+/** The value of one series of an instance's /metrics (0 when absent). */
+async function metric (app, series) {
+  const text = await (await fetch(`${app.url}/metrics`)).text()
+  const line = text.split('\n').find((l) => l.startsWith(series + ' '))
+  return line ? Number(line.slice(series.length + 1)) : 0
+}
+
 test('events through two instances: every answered event counted once, duplicates 409', async () => {
   const n = 400
   const requests = []
@@ -133,7 +140,9 @@ test('consume on two instances: never past the hard limit, 429 with rate-limit h
   assert.equal(Number(await scalar("SELECT used FROM flagmeter.status WHERE tenant = 'acme' AND meter = 'api_calls'")), 20)
 })
 
-test('a consume refused for its rate: 429, Retry-After, RateLimit-Policy and RateLimit', async () => {
+test('a consume refused for its rate: 429, Retry-After, RateLimit-Policy and RateLimit, counted by reason', async () => {
+  const series = 'dashboard_consume_refusals_total{reason="rate_limited"}'
+  const before = await Promise.all([a, b].map((app) => metric(app, series)))
   // 20 at once through both instances against bursts of 5: the limiter is shared
   const answers = await Promise.all(Array.from({ length: 20 }, (_, i) =>
     call(`${(i % 2 ? a : b).url}/api/consume`, 'POST', { tenant: 'hasty', meter: 'api_calls', amount: 1, id: `h${i}` })))
@@ -158,6 +167,14 @@ test('a consume refused for its rate: 429, Retry-After, RateLimit-Policy and Rat
     assert.equal(r.headers.get('ratelimit'), `"default";r=0;t=${retryAfter}`)
     // no quota on this meter: no X-RateLimit-* of a quota
     assert.equal(r.headers.get('x-ratelimit-limit'), null)
+  }
+  // each instance counts what it answered, in /metrics and on its dashboard
+  const after = await Promise.all([a, b].map((app) => metric(app, series)))
+  for (const [k, app] of [a, b].entries()) {
+    const answered = answers.filter((r, i) => (i % 2 ? a : b) === app && r.status === 429).length
+    assert.equal(after[k] - before[k], answered)
+    const state = await call(`${app.url}/api/state`)
+    assert.deepEqual(state.body.rate_limited.find((t) => t.tenant === 'hasty'), { tenant: 'hasty', count: answered })
   }
   assert.equal(Number(await scalar("SELECT count(*) FROM flagmeter.events WHERE tenant = 'hasty'")), 5)
 })
@@ -242,6 +259,8 @@ test('/metrics: requests, latency, batches, events', async () => {
   assert.ok(batches >= 1 && batches <= calls, `${calls} calls in ${batches} batches`)
   assert.match(text, /^dashboard_usage_events_total\{result="counted"\} \d+/m)
   assert.match(text, /^dashboard_quota_events_total\{kind="blocked"\} 1$/m)
+  assert.match(text, /^dashboard_consume_refusals_total\{reason="quota_exceeded"\} [1-9]\d*$/m)
+  assert.match(text, /^dashboard_consume_refusals_total\{reason="rate_limited"\} [1-9]\d*$/m)
 })
 
 test("the app's connections run with jit off", async () => {
