@@ -429,10 +429,35 @@ class FlagMeter extends EventEmitter {
     return this._caches.some((c) => c.isBlocked(tenant, meter))
   }
 
-  /** @type {PublishedFlagMeter['limit']} The limit in force for the tenant and meter, from the cache (undefined: none). */
-  limit (tenant, meter) {
+  /**
+   * Two calls under one name, told apart by the second argument's type so
+   * that neither can be taken for the other: limit(key, options), options
+   * an object, is the rate limiter (rateLimit, the name issue 37's API
+   * gives it); limit(tenant, meter), meter a string, the limit in force for
+   * the tenant and meter from the cache (undefined: none).
+   * @overload
+   * @param {string} first the tenant
+   * @param {string} second the meter
+   * @returns {import('./interfaces').Limit | undefined}
+   */
+  /**
+   * @overload
+   * @param {string} first the key
+   * @param {import('./interfaces').RateLimitOptions} second
+   * @returns {Promise<import('./interfaces').RateDecision>}
+   */
+  /**
+   * @param {string} first
+   * @param {string | import('./interfaces').RateLimitOptions} second
+   * @returns {import('./interfaces').Limit | undefined | Promise<import('./interfaces').RateDecision>}
+   */
+  limit (first, second) {
+    if (typeof second === 'object' && second !== null) return this.rateLimit(first, second)
+    if (typeof second !== 'string') {
+      throw new TypeError('limit(key, { rate, per }) or limit(tenant, meter): the second argument is an options object or a meter name')
+    }
     for (const c of this._caches) {
-      const l = c.limit(tenant, meter)
+      const l = c.limit(first, second)
       if (l !== undefined) return l
     }
     return undefined

@@ -408,6 +408,8 @@ export declare class FlagMeter extends EventEmitter {
   isBlocked (tenant: string, meter: string): boolean
   /** From the local cache: the limit in force, undefined when unlimited. */
   limit (tenant: string, meter: string): Limit | undefined
+  /** The rate limiter for any key: the same call as `rateLimit(key, options)`. */
+  limit (key: string, options: RateLimitOptions): Promise<RateDecision>
   /**
    * Whether the tenant may use the feature (flagmeter.has_feature): from the
    * feature cache, which loads a tenant on first use and follows

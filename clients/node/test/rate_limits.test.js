@@ -113,6 +113,18 @@ test('burst, cost 0 (look without spending), a cost above the burst', async () =
   } finally { await fm.close() }
 })
 
+test('fm.limit(key, options) is the rate limiter; fm.limit(tenant, meter) still reads the cache', async () => {
+  const fm = client()
+  try {
+    const limit = { rate: 2, per: '1 hour' }
+    assert.deepEqual((await fm.limit('export:ann', limit)).remaining, 1)
+    assert.deepEqual((await fm.rateLimit('export:ann', limit)).remaining, 0, 'one limiter under both names')
+    assert.equal((await fm.limit('export:ann', limit)).allowed, false)
+    assert.equal(fm.limit('nobody', 'calls'), undefined)
+    assert.throws(() => fm.limit('export:ann'), TypeError)
+  } finally { await fm.close() }
+})
+
 test('concurrent calls go as one limit_batch and are answered each, in order', async () => {
   const fm = client({ maxInFlight: 1 })
   try {

@@ -3,7 +3,7 @@
 import {
   FlagMeter, FlagMeterClosedError, FlagMeterNotAppliedError, FlagMeterOutcomeUnknownError, FlagMeterFaultError,
   QUOTA_EVENT_KINDS, DEFAULTS, toInt, checkAmount, parseJson, intTypes,
-  type CallOutcome, type Decision, type DecisionReason, type RateDecision, type RateLimitOptions, type FeatureConfig, type Int, type ThresholdEvent,
+  type CallOutcome, type Decision, type DecisionReason, type RateDecision, type RateLimitOptions, type Limit, type FeatureConfig, type Int, type ThresholdEvent,
   type QuotaEvent, type QuotaEventKind, type FlagMeterEvents
 } from 'flagmeter'
 import { Client, Pool } from 'pg'
@@ -73,6 +73,10 @@ async function main (): Promise<void> {
   // @ts-expect-error: the cached limit of a tenant and meter is fm.limit, synchronous
   const cached: Promise<RateDecision> = fm.limit('acme', 'api_calls')
   void cached
+  // fm.limit(key, options) is the rate limiter (issue 37's name), fm.limit(tenant, meter) the cache
+  const viaLimit: RateDecision = await fm.limit('ip:10.0.0.1', { rate: 10, per: 1 })
+  const fromCache: Limit | undefined = fm.limit('acme', 'api_calls')
+  void viaLimit; void fromCache
   const resets: Date | null = ds[0].resetsAt
   const blocked: boolean = fm.isBlocked('acme', 'api_calls')
   fm.on('threshold', (e: ThresholdEvent) => { const p: number = e.threshold; void p })
