@@ -33,6 +33,28 @@ verdict_columns(const FmRateVerdict *v, Datum *values, bool *nulls)
 	nulls[2] = v->retry_after < 0;
 }
 
+/*
+ * The blessed descriptor of flagmeter.rate_decision, kept for the call site
+ * (fn_extra): looking the type up is a good part of a call otherwise.
+ */
+static TupleDesc
+rate_decision_desc(FunctionCallInfo fcinfo)
+{
+	TupleDesc	desc = (TupleDesc) fcinfo->flinfo->fn_extra;
+
+	if (desc == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+
+		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "limit() must return flagmeter.rate_decision");
+		desc = BlessTupleDesc(CreateTupleDescCopy(desc));
+		MemoryContextSwitchTo(old);
+		fcinfo->flinfo->fn_extra = desc;
+	}
+	return desc;
+}
+
 static void
 check_cost(int64 cost)
 {
@@ -85,10 +107,9 @@ fm_limit(PG_FUNCTION_ARGS)
 	rkey = fm_rate_key_of_text(key);
 	fm_rate_take(&rkey, &rate, cost, true, &verdict);
 
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "limit() must return flagmeter.rate_decision");
+	desc = rate_decision_desc(fcinfo);
 	verdict_columns(&verdict, values, nulls);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
 }
 
 /*

@@ -4,19 +4,22 @@
  *	  (GCRA) over a table of keys, each one theoretical arrival time.
  *
  * A rate limit of rate units per per, in bursts of burst, spaces units
- * per / rate apart.  A key's state is one instant, tat: when its spent units
- * will have been "paid for".  A cost fits when, counted from max(tat, now),
- * it ends no later than now plus the burst's worth of time:
+ * T = per / rate apart, rounded up to a whole nanosecond.  A key's state is
+ * one instant, tat: when its spent units will have been "paid for".  A
+ * cost fits when, counted from max(tat, now), it ends no later than now
+ * plus the burst's worth of time:
  *
- *	   inc = ceil(cost * per / rate)	  cap = floor(burst * per / rate)
+ *	   T = ceil(per / rate)	  inc = cost * T	  cap = burst * T
  *	   allowed  <=>  max(tat, now) + inc - now <= cap
  *	   then  tat := max(tat, now) + inc
  *
- * This is a token bucket of burst units refilled at rate / per, kept as one
- * number.  In any window of length t it grants at most burst + rate * t /
- * per units: tat rises by inc per granted cost and can stand at most cap
- * ahead of the clock.  The rounding (inc up, cap down, to the nanosecond)
- * only ever grants less: at most one nanosecond's worth per call.  A key
+ * This is a token bucket of burst units refilled one unit per T, kept as
+ * one number.  In any window of length t it grants at most burst + t / T
+ * <= burst + rate * t / per units: tat rises by inc per granted cost and
+ * can stand at most cap ahead of the clock.  Counting in whole T keeps a
+ * full burst grantable at one instant; rounding T up only ever grants less
+ * (by less than one part in T nanoseconds: 1/1000 of the rate for T of a
+ * microsecond, nothing when rate divides per in nanoseconds).  A key
  * whose tat is past is the same as a key never seen, so an idle key can be
  * forgotten at any time without changing an answer: that is the eviction.
  *
@@ -182,11 +185,19 @@ per_usecs(const Interval *per)
 	return per->time;
 }
 
+/* T, the nanoseconds per unit: ceil(per / rate) */
+static int64
+unit_nsecs(int64 rate, int64 per_usecs)
+{
+	return (per_usecs * NSECS_PER_USEC + rate - 1) / rate;
+}
+
 /* NULL when the limit is valid, else why not (and *usecs is per's) */
 static const char *
 rate_problem(int64 rate, const Interval *per, int64 burst, int64 *usecs)
 {
-	int128		refill;
+	int64		unit;
+	int64		refill;
 
 	*usecs = per_usecs(per);
 	if (rate <= 0)
@@ -197,8 +208,8 @@ rate_problem(int64 rate, const Interval *per, int64 burst, int64 *usecs)
 		return "burst must be positive";
 	if (rate > *usecs * NSECS_PER_USEC)
 		return "rate is more than one unit per nanosecond";
-	refill = (int128) burst * *usecs * NSECS_PER_USEC / rate;
-	if (refill > FM_RATE_MAX_REFILL_NSECS)
+	unit = unit_nsecs(rate, *usecs);
+	if (pg_mul_s64_overflow(unit, burst, &refill) || refill > FM_RATE_MAX_REFILL_NSECS)
 		return "burst takes more than a year to refill at this rate";
 	return NULL;
 }
@@ -288,24 +299,6 @@ usecs_of(int64 nsecs)
 	return nsecs <= 0 ? 0 : (nsecs + NSECS_PER_USEC - 1) / NSECS_PER_USEC;
 }
 
-/* ceil(units * per / rate) nanoseconds, units <= burst (so it fits) */
-static int64
-nsecs_for(const FmRate *rate, int64 units)
-{
-	int128		product = (int128) units * rate->per_usecs * NSECS_PER_USEC;
-
-	return (int64) ((product + rate->rate - 1) / rate->rate);
-}
-
-/* the units that fit in room nanoseconds: floor(room * rate / per) */
-static int64
-units_in(const FmRate *rate, int64 room)
-{
-	if (room <= 0)
-		return 0;
-	return (int64) ((int128) room * rate->rate / ((int128) rate->per_usecs * NSECS_PER_USEC));
-}
-
 /*
  * tat counted in the limit of rate units per per_usecs, counted in rate
  * instead: the units still owed at now (rounded up) as time at rate, at
@@ -314,13 +307,14 @@ units_in(const FmRate *rate, int64 room)
 static int64
 recount(int64 tat, int64 now, int64 old_rate, int64 old_per_usecs, const FmRate *rate)
 {
-	int128		owed;
+	int64		old_unit;
+	int64		owed;
 
 	if (tat <= now || (old_rate == rate->rate && old_per_usecs == rate->per_usecs))
 		return tat;
-	owed = ((int128) (tat - now) * old_rate + (int128) old_per_usecs * NSECS_PER_USEC - 1) /
-		((int128) old_per_usecs * NSECS_PER_USEC);
-	return now + nsecs_for(rate, (int64) Min(owed, (int128) rate->burst));
+	old_unit = unit_nsecs(old_rate, old_per_usecs);
+	owed = (tat - now + old_unit - 1) / old_unit;
+	return now + Min(owed, rate->burst) * unit_nsecs(rate->rate, rate->per_usecs);
 }
 
 /*
@@ -331,7 +325,8 @@ static int64
 gcra(int64 tat, int64 now, const FmRate *rate, int64 cost, bool spend,
 	 FmRateVerdict *verdict)
 {
-	int64		cap = (int64) ((int128) rate->burst * rate->per_usecs * NSECS_PER_USEC / rate->rate);
+	int64		unit = unit_nsecs(rate->rate, rate->per_usecs);
+	int64		cap = rate->burst * unit;	/* within a year: rate_problem */
 	int64		base = Max(tat, now);
 	int64		after = tat;
 
@@ -340,7 +335,7 @@ gcra(int64 tat, int64 now, const FmRate *rate, int64 cost, bool spend,
 		verdict->allowed = false;	/* waiting cannot help */
 	else
 	{
-		int64		next = base + nsecs_for(rate, cost);
+		int64		next = base + cost * unit;
 
 		verdict->allowed = next - now <= cap;
 		if (!verdict->allowed)
@@ -348,7 +343,7 @@ gcra(int64 tat, int64 now, const FmRate *rate, int64 cost, bool spend,
 		else if (spend && cost > 0)
 			after = next;
 	}
-	verdict->remaining = units_in(rate, cap - (Max(after, now) - now));
+	verdict->remaining = Max(cap - (Max(after, now) - now), 0) / unit;
 	verdict->reset_after = usecs_of(after - now);
 	return after;
 }
@@ -460,7 +455,7 @@ fm_rate_give_back(const FmRateKey *key, const FmRate *rate, int64 cost)
 		if (s->h1 == key->h1 && s->h2 == key->h2)
 		{
 			if (s->rate == rate->rate && s->per_usecs == rate->per_usecs)
-				s->tat -= nsecs_for(rate, cost);
+				s->tat -= cost * unit_nsecs(rate->rate, rate->per_usecs);
 			break;
 		}
 	}

@@ -7,6 +7,7 @@
 --                   history in one track_batch call; consume calls (granted,
 --                   retried with an idempotency key, refused at a hard
 --                   limit, all or nothing across two meters, soft overage);
+--                   rate limits (a plan's on consume, and limit() for a key);
 --                   a void; the app table app_settings with the
 --                   flagmeter.invalidate() trigger; the role demo_app that
 --                   the load and the listening app instance connect as.
@@ -148,6 +149,33 @@ SELECT meter, granted, used, quota, remaining, overage FROM flagmeter.consume('h
 
 \echo 'a tenant never assigned a plan (a typo of initech) is refused, and nothing is recorded'
 SELECT pg_temp.try($$SELECT flagmeter.consume('initek', 'api_calls', 1)$$) AS unassigned;
+
+\echo
+\echo '== 3b. Rate limits: per second or minute, beside the monthly quota ========================'
+\echo
+\echo 'pro tenants may export twice a minute (a rate limit needs no quota); stark asks three'
+\echo 'times: the third is refused for the rate, and told when to retry'
+\o /dev/null
+SELECT flagmeter.define_meter('exports', 'count', 'export');
+SELECT flagmeter.set_rate_limit('pro', 'exports', 2, '1 minute');
+\o
+SELECT 1 AS request, granted, reason, date_trunc('second', retry_after) AS retry_after
+FROM flagmeter.consume('stark', 'exports')
+UNION ALL
+SELECT 2, granted, reason, date_trunc('second', retry_after) FROM flagmeter.consume('stark', 'exports')
+UNION ALL
+SELECT 3, granted, reason, date_trunc('second', retry_after) FROM flagmeter.consume('stark', 'exports');
+
+\echo 'any key, with no catalog row: an API key allowed 3 requests a second (limit is a'
+\echo 'reserved word of SQL: call it as flagmeter.limit)'
+SELECT 1 AS request, allowed, remaining, retry_after IS NOT NULL AS told_when
+FROM flagmeter.limit('api-key:k_live_42', 3, '1 second')
+UNION ALL
+SELECT 2, allowed, remaining, retry_after IS NOT NULL FROM flagmeter.limit('api-key:k_live_42', 3, '1 second')
+UNION ALL
+SELECT 3, allowed, remaining, retry_after IS NOT NULL FROM flagmeter.limit('api-key:k_live_42', 3, '1 second')
+UNION ALL
+SELECT 4, allowed, remaining, retry_after IS NOT NULL FROM flagmeter.limit('api-key:k_live_42', 3, '1 second');
 
 \echo
 \echo '== 4. Corrections: void ====================================================================='

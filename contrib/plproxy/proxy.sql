@@ -535,7 +535,7 @@ BEGIN
 	END IF;
 	RETURN QUERY
 	SELECT d.item, d.granted, d.used, d.quota, d.remaining, d.resets_at, d.overage, d.meter, d.reason,
-	       d.from_grants, d.balance
+	       d.from_grants, d.balance, d.retry_after
 	FROM flagmeter.elements_by_partition(tenants) e,
 	     LATERAL flagmeter.consume_batch_on(e.part, flagmeter.pick(tenants, e.idx),
 	         flagmeter.pick(meters, e.idx), flagmeter.pick(amounts, e.idx),

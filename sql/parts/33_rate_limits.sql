@@ -7,7 +7,7 @@
 -- with no catalog row per key.
 --
 -- The limiter is GCRA (the generic cell rate algorithm) over a table in
--- shared memory (src/rate_limiter.c): exact, one 8-byte time per key, no
+-- shared memory (src/rate_limiter.c): exact, one time per key, no
 -- WAL and no row lock.  It needs flagmeter in shared_preload_libraries; the
 -- calls that would apply a rate limit raise 55000 without it.  The
 -- algorithm, its bound and what a restart does are in docs/design.md
@@ -262,15 +262,7 @@ COMMENT ON FUNCTION flagmeter.drop_rate_override(text, text) IS
 
 -- The ad-hoc limiter ------------------------------------------------------------
 
-CREATE TYPE flagmeter.rate_decision AS (
-	allowed		boolean,
-	remaining	bigint,
-	retry_after	interval,
-	reset_after	interval
-);
-COMMENT ON TYPE flagmeter.rate_decision IS
-'answer of limit(): allowed, remaining = units that could still be granted now, retry_after = how long until the refused cost would be granted (NULL when allowed, or when the cost exceeds the burst and waiting cannot help), reset_after = how long until the key is back to a full burst';
-
+-- (its answer, the type rate_decision, is in 15_decision.sql)
 CREATE FUNCTION flagmeter.limit(key text, rate bigint, per interval, burst bigint DEFAULT NULL,
 	cost bigint DEFAULT 1)
 RETURNS flagmeter.rate_decision

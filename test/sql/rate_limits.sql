@@ -25,6 +25,13 @@ SELECT allowed FROM flagmeter.limit('rl:a', 5, '1 second');
 SELECT set_test_clock('2030-01-01 00:00:01.4+00');
 SELECT * FROM flagmeter.limit('rl:a', 5, '1 second', cost => 0);
 
+-- 3 a second: units 333 333 334 ns apart (rounded up to the nanosecond),
+-- and still the whole burst at one instant
+SELECT (flagmeter.limit('rl:third', 3, '1 second')).remaining AS first;
+SELECT (flagmeter.limit('rl:third', 3, '1 second')).remaining AS second;
+SELECT (flagmeter.limit('rl:third', 3, '1 second')).remaining AS third;
+SELECT allowed, retry_after FROM flagmeter.limit('rl:third', 3, '1 second');
+
 -- A bigger burst than the rate: 1 a minute, bursts of 3.
 SELECT (flagmeter.limit('rl:c', 1, '1 minute', 3)).remaining AS first;
 SELECT (flagmeter.limit('rl:c', 1, '1 minute', 3)).remaining AS second;

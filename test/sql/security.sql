@@ -59,7 +59,7 @@ SELECT p.oid::regprocedure AS sets_more, c AS setting
 FROM pg_proc p, unnest(p.proconfig) c
 WHERE p.pronamespace = 'flagmeter'::regnamespace
   AND c <> 'search_path=pg_catalog, pg_temp'
-ORDER BY 1::text;
+ORDER BY p.oid::regprocedure::text;
 -- SQL functions without a SET clause (so that the planner inlines them):
 -- their bodies are parsed with the caller's search_path, so every name in
 -- them must be schema-qualified (section 2 checks that it is).

@@ -7,12 +7,14 @@
 const { checkAmount } = require('./numbers')
 const { trackEvents } = require('./sql/trackEvents')
 const { consumeBatch } = require('./sql/consumeBatch')
+const { limitBatch } = require('./sql/limitBatch')
 
 /** @typedef {import('./interfaces').Int} Int */
 /** @typedef {import('./interfaces').Decision} Decision */
 /** @typedef {{ tenant: string, meter: string, amount: Int, occurredAt: Date | null, key: string | null }} TrackCall */
 /** @typedef {{ tenant: string, meters: string[], amounts: Int[], key: string | null, multi: boolean }} ConsumeCall */
 /** @typedef {{ tenant: string, meter: string, amount: Int, ttl: string | null, key: string | null }} ReserveCall */
+/** @typedef {{ key: string, rate: Int, per: string, burst: Int | null, cost: Int | null }} RateLimitCall */
 
 /**
  * @param {unknown} value
@@ -111,7 +113,8 @@ function decision (row) {
     meter: row.meter,
     reason: row.reason,
     fromGrants: row.from_grants,
-    balance: row.balance
+    balance: row.balance,
+    retryAfterMs: row.retry_after_ms
   }
 }
 
@@ -168,18 +171,30 @@ async function runConsumeGroup (db, calls) {
 }
 
 /**
- * A reservation's ttl: seconds (a positive number) or a PostgreSQL interval text; null: the server's default.
+ * A duration as the client takes it: seconds (a positive number) or a
+ * PostgreSQL interval text, which the server reads (and refuses, class 22,
+ * when it is not one).
+ * @param {unknown} value
+ * @param {string} what  its name in the error
+ * @returns {string}  an interval text
+ */
+function checkDuration (value, what) {
+  if (typeof value === 'number') {
+    if (!Number.isFinite(value) || value <= 0) throw new RangeError(`${what} must be a positive number of seconds: ${value}`)
+    return `${value} seconds`
+  }
+  if (typeof value === 'string' && value !== '') return value
+  throw new TypeError(`${what} must be a number of seconds or an interval text`)
+}
+
+/**
+ * A reservation's ttl (checkDuration); null: the server's default.
  * @param {unknown} ttl
  * @returns {string | null}
  */
 function checkTtl (ttl) {
   if (ttl === undefined || ttl === null) return null
-  if (typeof ttl === 'number') {
-    if (!Number.isFinite(ttl) || ttl <= 0) throw new RangeError(`ttl must be a positive number of seconds: ${ttl}`)
-    return `${ttl} seconds`
-  }
-  if (typeof ttl === 'string' && ttl !== '') return ttl
-  throw new TypeError('ttl must be a number of seconds or an interval text')
+  return checkDuration(ttl, 'ttl')
 }
 
 /**
@@ -220,8 +235,53 @@ function reservation (row) {
     reservationId: row.reservation_id,
     reserved: row.reserved,
     expiresAt: row.expires_at,
-    balance: row.balance
+    balance: row.balance,
+    retryAfterMs: row.retry_after_ms
   }
+}
+
+/**
+ * A rate limit call, checked: { key, rate, per, burst, cost }.  What only
+ * the server can judge (a key over 256 bytes, a per outside 1 second to 1
+ * hour, a rate too fine for it, an interval text it cannot read) is refused
+ * by it, and the call fails alone (src/batcher.js).
+ * @param {unknown} key
+ * @param {import('./interfaces').RateLimitOptions} options
+ * @returns {RateLimitCall}
+ */
+function rateLimitCall (key, options) {
+  if (options === null || typeof options !== 'object') throw new TypeError('rateLimit takes the options { rate, per, burst, cost }')
+  const { rate, per, burst, cost } = options
+  return {
+    key: checkName(key, 'key'),
+    rate: checkAmount(rate, 'rate', true),
+    per: checkDuration(per, 'per'),
+    burst: burst === undefined || burst === null ? null : checkAmount(burst, 'burst', true),
+    cost: cost === undefined || cost === null ? null : checkAmount(cost, 'cost', false)
+  }
+}
+
+/**
+ * Run a group of rate limit calls; one RateDecision per call.
+ * @param {import('pg').ClientBase} db
+ * @param {RateLimitCall[]} calls
+ * @returns {Promise<import('./interfaces').RateDecision[]>}
+ */
+async function runRateLimitGroup (db, calls) {
+  const rows = await limitBatch(db, calls.map((c) => c.key), calls.map((c) => c.rate), calls.map((c) => c.per),
+    calls.map((c) => c.burst), calls.map((c) => c.cost))
+  if (rows.length !== calls.length) throw new Error(`flagmeter: limit_batch answered ${rows.length} of ${calls.length} calls`)
+  /** @type {import('./interfaces').RateDecision[]} */
+  const byItem = new Array(calls.length)
+  for (const row of rows) {
+    byItem[row.item - 1] = {
+      allowed: row.allowed,
+      remaining: row.remaining,
+      retryAfterMs: row.retry_after_ms,
+      resetAfterMs: row.reset_after_ms
+    }
+  }
+  return byItem
 }
 
 module.exports = {
@@ -233,8 +293,11 @@ module.exports = {
   checkReservation,
   runTrackGroup,
   runConsumeGroup,
+  rateLimitCall,
+  runRateLimitGroup,
   checkName,
   checkAmount,
   checkKey,
-  checkTtl
+  checkTtl,
+  checkDuration
 }

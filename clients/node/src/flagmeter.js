@@ -2,8 +2,8 @@
 // FlagMeter: the client an app instance keeps for its life.  It wires the
 // pieces together and owns what it opened:
 //   - the request path: a pg Pool (the app's, or one it creates), used by
-//     two Batchers, one for track and one for consume (src/batcher.js), and
-//     by check and transaction();
+//     three Batchers, one for track, one for consume and one for rateLimit
+//     (src/batcher.js), and by check and transaction();
 //   - the event streams, one per shard (one without sharding): each a
 //     connection of its own for LISTEN, its catch-up and the QuotaCache it
 //     keeps (src/event_stream.js, src/cache.js); with one database, also
@@ -26,7 +26,7 @@ const { FeatureCache } = require('./features')
 const { tenantFeatures, featureAnswer } = require('./sql/features')
 const { EventStream } = require('./event_stream')
 const { FlagMeterClosedError } = require('./errors')
-const { outcomeOf } = require('./outcome')
+const { outcomeOf, spendingOutcomeOf } = require('./outcome')
 const { RequestPath } = require('./request_path')
 const calls = require('./calls')
 const { check } = require('./sql/check')
@@ -228,6 +228,15 @@ class FlagMeter extends EventEmitter {
     this._tracks = new Batcher({ ...batching, run: (/** @type {import('./calls').TrackCall[]} */ group, deadline) => this._path.attempt((db) => calls.runTrackGroup(db, group), deadline) })
     /** @type {Batcher<import('./calls').ConsumeCall, Decision | Decision[]>} */
     this._consumes = new Batcher({ ...batching, run: (/** @type {import('./calls').ConsumeCall[]} */ group, deadline) => this._path.attempt((db) => calls.runConsumeGroup(db, group), deadline) })
+    // A rate limit call's key names what it limits, not an idempotency key:
+    // one whose outcome is unknown may have spent, and is not sent again.
+    /** @type {Batcher<import('./calls').RateLimitCall, import('./interfaces').RateDecision>} */
+    this._rateLimits = new Batcher({
+      ...batching,
+      canRetryUnknown: () => false,
+      run: (/** @type {import('./calls').RateLimitCall[]} */ group, deadline) =>
+        this._path.attempt((db) => calls.runRateLimitGroup(db, group), deadline, spendingOutcomeOf)
+    })
     // One stream and one cache per shard: a shard's versions order only its
     // own events, and its tenants are on no other shard.
     const listens = listenConfigs(options)
@@ -350,6 +359,18 @@ class FlagMeter extends EventEmitter {
     return this._push(this._consumes, () => calls.consumeCall(tenant, meter, amount, options))
   }
 
+  /**
+   * Spends options.cost (default 1) units of key's rate limit, rate units
+   * per per (seconds or an interval text) in bursts of burst (default rate),
+   * shared by every session of the database server (flagmeter.limit).
+   * Grouped like consume, into one limit_batch call.  Not transactional: a
+   * unit granted stays spent.
+   * @type {PublishedFlagMeter['rateLimit']}
+   */
+  rateLimit (key, options) {
+    return this._push(this._rateLimits, () => calls.rateLimitCall(key, options))
+  }
+
   /** @type {PublishedFlagMeter['check']} The exact decision for amount more, recording nothing (a database read). */
   async check (tenant, meter, amount = 1) {
     calls.checkName(tenant, 'tenant')
@@ -408,10 +429,35 @@ class FlagMeter extends EventEmitter {
     return this._caches.some((c) => c.isBlocked(tenant, meter))
   }
 
-  /** @type {PublishedFlagMeter['limit']} The limit in force for the tenant and meter, from the cache (undefined: none). */
-  limit (tenant, meter) {
+  /**
+   * Two calls under one name, told apart by the second argument's type so
+   * that neither can be taken for the other: limit(key, options), options
+   * an object, is the rate limiter (rateLimit, the name issue 37's API
+   * gives it); limit(tenant, meter), meter a string, the limit in force for
+   * the tenant and meter from the cache (undefined: none).
+   * @overload
+   * @param {string} first the tenant
+   * @param {string} second the meter
+   * @returns {import('./interfaces').Limit | undefined}
+   */
+  /**
+   * @overload
+   * @param {string} first the key
+   * @param {import('./interfaces').RateLimitOptions} second
+   * @returns {Promise<import('./interfaces').RateDecision>}
+   */
+  /**
+   * @param {string} first
+   * @param {string | import('./interfaces').RateLimitOptions} second
+   * @returns {import('./interfaces').Limit | undefined | Promise<import('./interfaces').RateDecision>}
+   */
+  limit (first, second) {
+    if (typeof second === 'object' && second !== null) return this.rateLimit(first, second)
+    if (typeof second !== 'string') {
+      throw new TypeError('limit(key, { rate, per }) or limit(tenant, meter): the second argument is an options object or a meter name')
+    }
     for (const c of this._caches) {
-      const l = c.limit(tenant, meter)
+      const l = c.limit(first, second)
       if (l !== undefined) return l
     }
     return undefined
@@ -550,8 +596,9 @@ class FlagMeter extends EventEmitter {
     return {
       track: { calls: this._tracks.calls, groups: this._tracks.groups },
       consume: { calls: this._consumes.calls, groups: this._consumes.groups },
-      splits: this._tracks.splits + this._consumes.splits,
-      retries: this._tracks.retries + this._consumes.retries,
+      rateLimit: { calls: this._rateLimits.calls, groups: this._rateLimits.groups },
+      splits: this._tracks.splits + this._consumes.splits + this._rateLimits.splits,
+      retries: this._tracks.retries + this._consumes.retries + this._rateLimits.retries,
       reconnects: this._streams.reduce((n, s) => n + s.reconnects, 0)
     }
   }
@@ -563,7 +610,7 @@ class FlagMeter extends EventEmitter {
   close () {
     if (!this._closing) {
       this._closing = (async () => {
-        await Promise.all([this._tracks.drain(), this._consumes.drain()])
+        await Promise.all([this._tracks.drain(), this._consumes.drain(), this._rateLimits.drain()])
         await Promise.all(this._streams.map((s) => s.close()))
         this._path.closed = true
         if (this._ownsPool) await this.pool.end()

@@ -64,7 +64,7 @@ export interface FlagMeterOptions {
      * carry `shard`, the index in this list.
      */
     | Array<string | ClientConfig>
-  /** Groups of calls running at once, per kind (track, consume), each on one pool connection. Default DEFAULTS.maxInFlight. */
+  /** Groups of calls running at once, per kind (track, consume, rateLimit), each on one pool connection. Default DEFAULTS.maxInFlight. */
   maxInFlight?: number
   /** Most calls in one group (one server call, one transaction). Default DEFAULTS.maxGroup. */
   maxGroup?: number
@@ -120,6 +120,12 @@ export interface Decision {
   fromGrants: Int
   /** remaining plus what the active credit grants hold; null when unlimited and never granted credits. */
   balance: Int | null
+  /**
+   * Refused for the tenant's rate limit (reason 'rate_limited'): milliseconds
+   * until the same call would be granted, rounded up. null otherwise, and when
+   * waiting cannot help (the amount is more than the rate limit's burst).
+   */
+  retryAfterMs: number | null
 }
 
 export interface ReserveOptions {
@@ -138,6 +144,31 @@ export interface Reservation {
   expiresAt: Date | null
   /** what is left after the hold */
   balance: Int | null
+  /** Refused for the tenant's rate limit: milliseconds until it would fit, rounded up; else null. */
+  retryAfterMs: number | null
+}
+
+export interface RateLimitOptions {
+  /** Units granted per `per`: a positive safe integer or BigInt. */
+  rate: Int
+  /** The window of `rate`: seconds (a positive number), or a PostgreSQL interval text ('1 minute'); 1 second to 1 hour. */
+  per: number | string
+  /** Most units granted at once after an idle time. Default: rate. */
+  burst?: Int
+  /** Units this call spends (0: look without spending). Default 1. */
+  cost?: Int
+}
+
+/** flagmeter.rate_decision (the answer of flagmeter.limit), with camelCase names and intervals in milliseconds. */
+export interface RateDecision {
+  /** Whether the cost was granted (and spent). */
+  allowed: boolean
+  /** Units that could be granted right now, after this call. */
+  remaining: Int
+  /** Refused: milliseconds until the cost would be granted, rounded up; null when allowed, or when the cost exceeds the burst. */
+  retryAfterMs: number | null
+  /** Milliseconds until the key is back to a full burst, rounded up (0 when it is). */
+  resetAfterMs: number
 }
 
 /** flagmeter.decision.reason (README, "Decision"). */
@@ -146,6 +177,7 @@ export type DecisionReason =
   | 'over_soft_limit'
   | 'unlimited'
   | 'quota_exceeded'
+  | 'rate_limited'
   | 'other_meter_refused'
 
 /** The limit in force for a tenant and meter (flagmeter.effective_limits). */
@@ -306,12 +338,13 @@ export interface FlagMeterEvents {
 export interface FlagMeterStats {
   track: { calls: number; groups: number }
   consume: { calls: number; groups: number }
+  rateLimit: { calls: number; groups: number }
   /**
    * Groups split in two because the database refused one call's input
    * (QT001, QT002, class 22, …): the other calls are sent again without it.
    */
   splits: number
-  /** Calls of track and consume sent again after a fault. */
+  /** Calls of track, consume and rateLimit sent again after a fault. */
   retries: number
   reconnects: number
 }
@@ -355,6 +388,12 @@ export declare class FlagMeter extends EventEmitter {
   consume (tenant: string, meter: string, amount?: Int, options?: ConsumeOptions): Promise<Decision>
   /** All or nothing across several meters. */
   consume (tenant: string, meters: string[], amounts: Int[], options?: ConsumeOptions): Promise<Decision[]>
+  /**
+   * Spends `cost` units of `key`'s rate limit when they fit (flagmeter.limit),
+   * across every session of the database server; grouped with concurrent
+   * calls into one limit_batch. Not transactional: a unit granted stays spent.
+   */
+  rateLimit (key: string, options: RateLimitOptions): Promise<RateDecision>
   /** The exact decision for `amount` more, recording nothing (a database read). */
   check (tenant: string, meter: string, amount?: Int): Promise<Decision>
   /** Quota left plus active credit grants (a database read); null when unlimited. */
@@ -369,6 +408,8 @@ export declare class FlagMeter extends EventEmitter {
   isBlocked (tenant: string, meter: string): boolean
   /** From the local cache: the limit in force, undefined when unlimited. */
   limit (tenant: string, meter: string): Limit | undefined
+  /** The rate limiter for any key: the same call as `rateLimit(key, options)`. */
+  limit (key: string, options: RateLimitOptions): Promise<RateDecision>
   /**
    * Whether the tenant may use the feature (flagmeter.has_feature): from the
    * feature cache, which loads a tenant on first use and follows

@@ -65,6 +65,23 @@ function outcomeOf (err, sent) {
 }
 
 /**
+ * outcomeOf for a statement that spends from the rate limiters (limit_batch):
+ * they live in shared memory, so what a statement spent stays spent when its
+ * transaction rolls back.  An ERROR after it was sent that another attempt
+ * could pass (a statement timeout, 53400 for a full table of keys after
+ * earlier keys of the group were spent) may have spent part of it: unknown,
+ * not not_applied.  Input refused (class 22) is checked before any key is
+ * spent: refused stays refused.
+ * @param {unknown} err
+ * @param {boolean} sent
+ * @returns {CallOutcome}
+ */
+function spendingOutcomeOf (err, sent) {
+  const outcome = outcomeOf(err, sent)
+  return outcome === 'not_applied' && sent ? 'unknown' : outcome
+}
+
+/**
  * The error a caller gets for a failed call: a refused call's own error
  * (marked), or one of the client's fault errors with the last cause.
  * @param {unknown} err
@@ -91,4 +108,4 @@ function callError (err, outcome, { attempts = 1, timedOut = false, timeoutMs } 
   return new FlagMeterNotAppliedError(`flagmeter: the call was not applied${within}: ${why}`, details)
 }
 
-module.exports = { outcomeOf, callError, leavesConnection }
+module.exports = { outcomeOf, spendingOutcomeOf, callError, leavesConnection }

@@ -29,7 +29,7 @@ test('a decision has the fields of flagmeter.decision', async () => {
   const fm = client()
   try {
     const d = await fm.consume('hot', 'api_calls', 1)
-    assert.deepEqual(d, { granted: true, used: 1, quota: 100, remaining: 99, resetsAt: null, overage: 0, meter: 'api_calls', reason: 'ok', fromGrants: 0, balance: 99 })
+    assert.deepEqual(d, { granted: true, used: 1, quota: 100, remaining: 99, resetsAt: null, overage: 0, meter: 'api_calls', reason: 'ok', fromGrants: 0, balance: 99, retryAfterMs: null })
   } finally { await fm.close() }
 })
 

@@ -15,6 +15,7 @@ const GRANTS = `
   GRANT EXECUTE ON FUNCTION
       flagmeter.track_events(text[], text[], bigint[], timestamptz[], text[]),
       flagmeter.consume_batch(text[], text[], bigint[], text[], integer[]),
+      flagmeter.limit_batch(text[], bigint[], interval[], bigint[], bigint[]),
       flagmeter.check(text, text, bigint),
       flagmeter.track(text, text, bigint, timestamptz, text),
       flagmeter.consume(text, text, bigint, text),
@@ -37,6 +38,8 @@ before(async () => {
     SELECT flagmeter.define_meter('calls');
     SELECT flagmeter.define_plan('small');
     SELECT flagmeter.set_limit('small', 'calls', 3, 'month');
+    -- a rate limit that never refuses here: consume and check read it as the request role
+    SELECT flagmeter.set_rate_limit('small', 'calls', 1000, '1 second');
     SELECT flagmeter.assign_plan('acme', 'small');
     SELECT flagmeter.define_feature('sso');
     SELECT flagmeter.set_feature('small', 'sso', config => '{"idp": "okta"}');
@@ -70,6 +73,7 @@ test('the request role and the listener role are enough, and no more', async () 
     await blocked // the listener read the period's end for it (limit_config, period_bounds)
     assert.equal(fm.isBlocked('acme', 'calls'), true)
     assert.equal((await fm.check('acme', 'calls', 0)).used, 3)
+    assert.equal((await fm.rateLimit('login:acme', { rate: 5, per: 60 })).allowed, true)
     await fm.transaction(async (tx) => {
       await tx.track('acme', 'calls', 1)
       await tx.consume('acme', ['calls'], [1])
@@ -107,5 +111,8 @@ test('each role is refused what the other, or an admin, may do', async () => {
   assert.equal(await as('fm_node_listener', "SELECT flagmeter.track_events('{acme}', '{calls}', '{1}')"), '42501')
   assert.equal(await as('fm_node_listener', "SELECT * FROM flagmeter.consume_batch('{acme}', '{calls}', '{1}')"), '42501')
   assert.equal(await as('fm_node_listener', "SELECT flagmeter.announce('blocked', 'acme', 'calls')"), '42501')
+  assert.equal(await as('fm_node_listener', "SELECT * FROM flagmeter.limit_batch('{k}', '{1}', '{1 second}', '{NULL}', '{NULL}')"), '42501')
+  // the request role spends from limiters, it does not set them
+  assert.equal(await as('fm_node_request', "SELECT flagmeter.set_rate_limit('small', 'calls', 1, '1 second')"), '42501')
   assert.equal(await as('fm_node_listener', 'DELETE FROM flagmeter.blocked'), '42501')
 })

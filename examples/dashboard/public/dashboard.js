@@ -1,5 +1,5 @@
 // The dashboard page: one EventSource to the app (/api/stream), no polling.
-// `state` events redraw the tenants, blocked and top lists; `quota` events
+// `state` events redraw the tenants, blocked, rate-limited and top lists; `quota` events
 // add to the latest events at once; `series` events redraw the chart of the
 // chosen tenant and meter.  Choosing another one reopens the stream with it.
 /* global uPlot, EventSource */
@@ -49,6 +49,13 @@
     $('blocked').replaceChildren(...(blocked.length
       ? blocked.map((b) => el('li', { data: { tenant: b.tenant, meter: b.meter } }, `${b.tenant} · ${b.meter}`,
         el('span', { class: 'muted' }, b.until ? ` until ${new Date(b.until).toLocaleString()}` : ' (lifetime)')))
+      : [el('li', { class: 'muted' }, 'none')]))
+  }
+
+  function renderRateLimited (tenants) {
+    $('rate-limited').replaceChildren(...(tenants.length
+      ? tenants.map((t) => el('li', { data: { tenant: t.tenant, count: String(t.count) } }, `${t.tenant} · `,
+        el('strong', {}, fmt(t.count)), el('span', { class: 'muted' }, t.count === 1 ? ' request' : ' requests')))
       : [el('li', { class: 'muted' }, 'none')]))
   }
 
@@ -119,6 +126,7 @@
       $('instance').textContent = s.instance
       renderTenants(s.tenants)
       renderBlocked(s.blocked)
+      renderRateLimited(s.rate_limited)
       renderTop(s.top)
       renderEvents(s.events)
       if (!chosen.tenant && s.tenants.length) {

@@ -2,10 +2,12 @@
 // The JSON API: usage events, consume with rate-limit headers, a tenant's
 // usage, webhooks.  Answers say what happened in PostgreSQL: 200 once the
 // event is committed (durable), 409 for a key recorded before, 429 when a
-// consume is refused, 400 with the SQLSTATE when the database refuses the
-// input (a tenant never assigned a plan among it: QT001).
+// consume is refused (for its quota, or for its rate: src/rateLimits.js),
+// 400 with the SQLSTATE when the database refuses the input (a tenant never
+// assigned a plan among it: QT001).
 const { checkAmount } = require('flagmeter')
 const { HttpError } = require('./http')
+const { rateLimitedHeaders } = require('./rateLimits')
 const { tenantUsage } = require('./sql/tenantUsage')
 const { addWebhook, listWebhooks, removeWebhook } = require('./sql/webhooks')
 
@@ -62,18 +64,23 @@ function usageBody (body) {
   }
 }
 
-function rateLimitHeaders (d) {
+/**
+ * The quota's X-RateLimit-* headers, and on a refusal for the quota a
+ * Retry-After at the end of its period.  A refusal for the rate keeps the
+ * quota's figures (unchanged) but gets its own Retry-After.
+ */
+function quotaHeaders (d) {
   if (d.quota === null) return {}
   const h = { 'X-RateLimit-Limit': String(d.quota), 'X-RateLimit-Remaining': String(d.remaining) }
   if (d.resetsAt) {
     const reset = Math.ceil(d.resetsAt.getTime() / 1000)
     h['X-RateLimit-Reset'] = String(reset)
-    if (!d.granted) h['Retry-After'] = String(Math.max(0, reset - Math.floor(Date.now() / 1000)))
+    if (!d.granted && d.reason !== 'rate_limited') h['Retry-After'] = String(Math.max(0, reset - Math.floor(Date.now() / 1000)))
   }
   return h
 }
 
-function createApi ({ fm, metrics, deliverer }) {
+function createApi ({ fm, metrics, deliverer, ratePolicies }) {
   async function postEvent (body) {
     const { tenant, meter, amount, id, opts } = usageBody(body)
     // a call refused for its own input fails alone: the client splits its group
@@ -87,9 +94,15 @@ function createApi ({ fm, metrics, deliverer }) {
     const { tenant, meter, amount, opts } = usageBody(body)
     const d = await fm.consume(tenant, meter, amount, opts)
     metrics.consumes.inc({ result: d.granted ? 'granted' : 'refused' })
-    const body2 = { granted: d.granted, used: d.used, quota: d.quota, remaining: d.remaining, resets_at: d.resetsAt, overage: d.overage, meter }
-    if (!d.granted) return [429, { error: 'quota exceeded', ...body2 }, rateLimitHeaders(d)]
-    return [200, body2, rateLimitHeaders(d)]
+    const body2 = { granted: d.granted, reason: d.reason, used: d.used, quota: d.quota, remaining: d.remaining, resets_at: d.resetsAt, overage: d.overage, meter }
+    if (d.granted) return [200, body2, quotaHeaders(d)]
+    metrics.refused(tenant, d.reason)
+    if (d.reason !== 'rate_limited') return [429, { error: 'quota exceeded', ...body2 }, quotaHeaders(d)]
+    // not remembered under its key: the same id after Retry-After decides again
+    const retryAfterMs = d.retryAfterMs ?? null
+    const policy = await ratePolicies.get(tenant, meter)
+    return [429, { error: 'rate limited', ...body2, retry_after_ms: retryAfterMs },
+      { ...quotaHeaders(d), ...rateLimitedHeaders(policy, retryAfterMs) }]
   }
 
   async function getUsage (tenant) {

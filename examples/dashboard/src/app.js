@@ -3,6 +3,7 @@
 //
 //   POST /api/events        {tenant, meter, amount, id}  200 | 409 duplicate | 400 {sqlstate}
 //   POST /api/consume       {tenant, meter, amount, id}  200 | 429, X-RateLimit-* headers
+//                           (a 429 for the rate: Retry-After, RateLimit-Policy, RateLimit)
 //   GET  /api/usage/:tenant every meter: used, quota, remaining, state, resets_at
 //   GET  /api/state         what the dashboard shows, read now
 //   GET  /api/stream        server-sent events for the dashboard (?tenant=&meter= for its chart)
@@ -23,6 +24,7 @@ const { send, readJson, HttpError } = require('./http')
 const { createApi } = require('./api')
 const { createMetrics } = require('./metrics')
 const { LiveFeed } = require('./live')
+const { RatePolicies } = require('./rateLimits')
 const { WebhookDeliverer } = require('./webhooks')
 const { SHOWN_KINDS, ALERT_KINDS } = require('./kinds')
 const { applySchema } = require('./sql/schema')
@@ -209,9 +211,12 @@ function createApp (opts) {
     onError: (err) => log(`webhooks: ${err.message}`)
   })
   for (const kind of ALERT_KINDS) fm.on(kind, () => deliverer.kick())
-  const live = new LiveFeed({ fm, instance: opts.instance ?? `pid ${process.pid}`, ...opts.live, onError: (err) => log(`dashboard: ${err.message}`) })
+  const live = new LiveFeed({
+    fm, instance: opts.instance ?? `pid ${process.pid}`, ...opts.live,
+    rateLimited: () => metrics.rateLimited(), onError: (err) => log(`dashboard: ${err.message}`)
+  })
   metrics.state.streamClients = () => live.clients
-  const api = createApi({ fm, metrics, deliverer })
+  const api = createApi({ fm, metrics, deliverer, ratePolicies: new RatePolicies(fm) })
   const server = http.createServer(handler({ fm, api, live, metrics, log }))
   server.keepAliveTimeout = 60000
 

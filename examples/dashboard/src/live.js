@@ -11,7 +11,9 @@
 // instance keeps from the same event sequence.  Whether the database is
 // reachable (the client's LISTEN session connected and caught up) is pushed
 // as a `database` event when it changes and to every new page: the page
-// shows a banner while it is not.
+// shows a banner while it is not.  The rate-limited counts are this
+// instance's (refusals are not recorded in the database), sent with the
+// state.
 const { status } = require('./sql/status')
 const { topTenants } = require('./sql/topTenants')
 const { minuteSeries } = require('./sql/minuteSeries')
@@ -56,10 +58,12 @@ class LiveFeed {
    * @param {string} opts.instance   shown on the page
    * @param {number} [opts.stateMs]
    * @param {number} [opts.seriesMs]
+   * @param {() => Array<{tenant: string, count: number}>} [opts.rateLimited]  consumes refused for their rate, per tenant
    * @param {(err: Error) => void} [opts.onError]
    */
-  constructor ({ fm, instance, stateMs = 1000, seriesMs = 2000, onError = () => {} }) {
+  constructor ({ fm, instance, stateMs = 1000, seriesMs = 2000, rateLimited = () => [], onError = () => {} }) {
     this._fm = fm
+    this._rateLimited = rateLimited
     this._instance = instance
     this._stateMs = stateMs
     this._seriesMs = seriesMs
@@ -105,6 +109,7 @@ class LiveFeed {
       tenants: tenantsOf(rows),
       blocked: this._fm.cache.blocked().sort((a, b) => (a.tenant + a.meter < b.tenant + b.meter ? -1 : 1)),
       top,
+      rate_limited: this._rateLimited(),
       events: this._events
     }
   }

@@ -1,7 +1,9 @@
 'use strict'
 // GET /metrics: Prometheus text format (prom-client), one registry per app
 // instance.  The client's own figures (calls and groups per kind) are read
-// from fm.stats() at scrape time.
+// from fm.stats() at scrape time.  Refused consumes are counted by reason;
+// the rate-limited ones also per tenant, for the dashboard, not as a label
+// (one series per tenant would grow with the tenants).
 const client = require('prom-client')
 
 function createMetrics (fm) {
@@ -20,6 +22,24 @@ function createMetrics (fm) {
   const consumes = new client.Counter({
     name: 'dashboard_consumes_total', help: 'POST /api/consume outcomes: granted, refused, rejected', labelNames: ['result'], registers: [register]
   })
+  const refusals = new client.Counter({
+    name: 'dashboard_consume_refusals_total', help: 'POST /api/consume refusals, by the decision\'s reason: quota_exceeded, rate_limited, ...', labelNames: ['reason'], registers: [register]
+  })
+  // the two reasons this app's consumes are refused for, at 0 from the
+  // start: a series that appears only at its first refusal hides that first
+  // refusal from rate() and increase()
+  for (const reason of ['quota_exceeded', 'rate_limited']) refusals.inc({ reason }, 0)
+  const rateLimitedTenants = new Map() // tenant -> count
+  /** A consume refused for reason: counted, and per tenant when for its rate. */
+  function refused (tenant, reason) {
+    refusals.inc({ reason })
+    if (reason === 'rate_limited') rateLimitedTenants.set(tenant, (rateLimitedTenants.get(tenant) ?? 0) + 1)
+  }
+  /** The tenants refused for their rate by this instance since it started, most first. */
+  function rateLimited () {
+    return [...rateLimitedTenants].map(([tenant, count]) => ({ tenant, count }))
+      .sort((a, b) => b.count - a.count || (a.tenant < b.tenant ? -1 : 1))
+  }
   const quotaEvents = new client.Counter({
     name: 'dashboard_quota_events_total', help: 'quota events this instance received from the client, by kind', labelNames: ['kind'], registers: [register]
   })
@@ -58,7 +78,7 @@ function createMetrics (fm) {
     })
   }
   const metricsState = { streamClients: () => 0 }
-  return { register, observe, usageEvents, consumes, quotaEvents, webhookAttempts, state: metricsState }
+  return { register, observe, usageEvents, consumes, refused, rateLimited, quotaEvents, webhookAttempts, state: metricsState }
 }
 
 module.exports = { createMetrics }

@@ -4,6 +4,7 @@ const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const { createDatabase, until, startApp, call, databaseUrl } = require('./helpers')
 const { createApp } = require('../src/app')
+const { policyField } = require('../src/rateLimits')
 
 let db, a, b
 before(async () => {
@@ -14,7 +15,11 @@ before(async () => {
     SELECT flagmeter.assign_plan(t, 'free') FROM unnest(ARRAY['acme', 'globex', 'initech']) t;
     -- metered without limit: a plan of no limits (a tenant without a plan is refused)
     SELECT flagmeter.define_plan('metered');
-    SELECT flagmeter.assign_plan(t, 'metered') FROM unnest(ARRAY['t0', 't1', 't2', 't3', 't4', 'mixed', 'known']) t;`)
+    SELECT flagmeter.assign_plan(t, 'metered') FROM unnest(ARRAY['t0', 't1', 't2', 't3', 't4', 'mixed', 'known']) t;
+    -- a rate limit and no quota: 5 calls a minute (bursts of 5); eager has its own
+    SELECT flagmeter.define_plan('throttled'), flagmeter.set_rate_limit('throttled', 'api_calls', 5, '1 minute');
+    SELECT flagmeter.assign_plan(t, 'throttled') FROM unnest(ARRAY['hasty', 'eager']) t;
+    SELECT flagmeter.override_rate_limit('eager', 'api_calls', 2, '1 second', 4);`)
   ;[a, b] = await Promise.all([startApp(db, null), startApp(db, null)])
 })
 after(async () => {
@@ -26,6 +31,13 @@ after(async () => {
 async function scalar (sql) {
   const { rows } = await db.query(sql)
   return Object.values(rows[0])[0]
+}
+
+/** The value of one series of an instance's /metrics (0 when absent). */
+async function metric (app, series) {
+  const text = await (await fetch(`${app.url}/metrics`)).text()
+  const line = text.split('\n').find((l) => l.startsWith(series + ' '))
+  return line ? Number(line.slice(series.length + 1)) : 0
 }
 
 test('events through two instances: every answered event counted once, duplicates 409', async () => {
@@ -109,6 +121,11 @@ test('consume on two instances: never past the hard limit, 429 with rate-limit h
   assert.equal(refused.length, 40)
   const resets = await scalar("SELECT ceil(extract(epoch FROM period_end))::bigint FROM flagmeter.status WHERE tenant = 'acme' AND meter = 'api_calls'")
   for (const r of refused) {
+    assert.equal(r.body.reason, 'quota_exceeded')
+    assert.equal(r.body.error, 'quota exceeded')
+    // a quota is not a rate limit: no fields of the rate-limit draft
+    assert.equal(r.headers.get('ratelimit'), null)
+    assert.equal(r.headers.get('ratelimit-policy'), null)
     assert.equal(r.headers.get('x-ratelimit-limit'), '20')
     assert.equal(r.headers.get('x-ratelimit-remaining'), '0')
     assert.equal(r.headers.get('x-ratelimit-reset'), String(resets))
@@ -121,6 +138,75 @@ test('consume on two instances: never past the hard limit, 429 with rate-limit h
   const again = await call(`${a.url}/api/consume`, 'POST', { tenant: 'acme', meter: 'api_calls', amount: 1, id: 'c0' })
   assert.equal(again.status, answers[0].status)
   assert.equal(Number(await scalar("SELECT used FROM flagmeter.status WHERE tenant = 'acme' AND meter = 'api_calls'")), 20)
+})
+
+test('a consume refused for its rate: 429, Retry-After, RateLimit-Policy and RateLimit, counted by reason', async () => {
+  const series = 'dashboard_consume_refusals_total{reason="rate_limited"}'
+  const before = await Promise.all([a, b].map((app) => metric(app, series)))
+  // 20 at once through both instances against bursts of 5: the limiter is shared
+  const answers = await Promise.all(Array.from({ length: 20 }, (_, i) =>
+    call(`${(i % 2 ? a : b).url}/api/consume`, 'POST', { tenant: 'hasty', meter: 'api_calls', amount: 1, id: `h${i}` })))
+  const granted = answers.filter((r) => r.status === 200)
+  const refused = answers.filter((r) => r.status === 429)
+  assert.equal(granted.length, 5)
+  assert.equal(refused.length, 15)
+  for (const r of granted) {
+    assert.equal(r.body.reason, 'unlimited')
+    assert.equal(r.headers.get('ratelimit'), null)
+  }
+  for (const r of refused) {
+    assert.equal(r.body.reason, 'rate_limited')
+    assert.equal(r.body.error, 'rate limited')
+    assert.equal(r.body.granted, false)
+    // one unit every 12 s: the 6th is due 12 s after the first, less the time since
+    const retryAfter = Number(r.headers.get('retry-after'))
+    assert.ok(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 12, `Retry-After: ${retryAfter}`)
+    assert.ok(r.body.retry_after_ms > 0 && r.body.retry_after_ms <= 12000, `retry_after_ms: ${r.body.retry_after_ms}`)
+    assert.equal(retryAfter, Math.ceil(r.body.retry_after_ms / 1000), 'seconds, rounded up')
+    assert.equal(r.headers.get('ratelimit-policy'), '"default";q=5;w=60')
+    assert.equal(r.headers.get('ratelimit'), `"default";r=0;t=${retryAfter}`)
+    // no quota on this meter: no X-RateLimit-* of a quota
+    assert.equal(r.headers.get('x-ratelimit-limit'), null)
+  }
+  // each instance counts what it answered, in /metrics and on its dashboard
+  const after = await Promise.all([a, b].map((app) => metric(app, series)))
+  for (const [k, app] of [a, b].entries()) {
+    const answered = answers.filter((r, i) => (i % 2 ? a : b) === app && r.status === 429).length
+    assert.equal(after[k] - before[k], answered)
+    const state = await call(`${app.url}/api/state`)
+    assert.deepEqual(state.body.rate_limited.find((t) => t.tenant === 'hasty'), { tenant: 'hasty', count: answered })
+  }
+  assert.equal(Number(await scalar("SELECT count(*) FROM flagmeter.events WHERE tenant = 'hasty'")), 5)
+})
+
+test("a tenant's own rate limit in the policy, and a changed one once the instance hears of it", async () => {
+  // 2 a second in bursts of 4: at least the 4 of the burst granted, the rest refused within a second
+  let answers = await Promise.all(Array.from({ length: 10 }, () =>
+    call(`${a.url}/api/consume`, 'POST', { tenant: 'eager', meter: 'api_calls' })))
+  const refused = answers.filter((r) => r.status === 429)
+  assert.ok(refused.length >= 1 && refused.length <= 6, `${refused.length} refused`)
+  for (const r of refused) {
+    assert.equal(r.headers.get('ratelimit-policy'), '"default";q=2;w=1;flagmeter-burst=4')
+    assert.equal(r.headers.get('retry-after'), '1')
+    assert.equal(r.headers.get('ratelimit'), '"default";r=0;t=1')
+  }
+  // the instance read that policy once; a new one replaces it when limit_changed arrives
+  await db.query("SELECT flagmeter.override_rate_limit('eager', 'api_calls', 1, '1 hour')")
+  await until(async () => {
+    answers = await Promise.all([a, b].map((app) => call(`${app.url}/api/consume`, 'POST', { tenant: 'eager', meter: 'api_calls' })))
+    return answers.every((r) => r.headers.get('ratelimit-policy') === '"default";q=1;w=3600')
+  }, 15000, 'the new policy on both instances')
+  // more than the burst can never be granted: no Retry-After, no t
+  const tooMuch = await call(`${a.url}/api/consume`, 'POST', { tenant: 'eager', meter: 'api_calls', amount: 2 })
+  assert.equal(tooMuch.status, 429)
+  assert.equal(tooMuch.body.reason, 'rate_limited')
+  assert.equal(tooMuch.body.retry_after_ms, null)
+  assert.equal(tooMuch.headers.get('retry-after'), null)
+  assert.equal(tooMuch.headers.get('ratelimit'), '"default";r=0')
+  assert.equal(tooMuch.headers.get('ratelimit-policy'), '"default";q=1;w=3600')
+  // a window that is not whole seconds: the next whole second, and the units it holds
+  assert.equal(policyField({ rate: 3, per: 1.5, burst: 3 }), '"default";q=4;w=2')
+  assert.equal(policyField({ rate: 1, per: 1, burst: 10n ** 16n }), '"default";q=1;w=1;flagmeter-burst=999999999999999')
 })
 
 test('both dashboards show the same blocked tenant, and its usage', async () => {
@@ -173,6 +259,8 @@ test('/metrics: requests, latency, batches, events', async () => {
   assert.ok(batches >= 1 && batches <= calls, `${calls} calls in ${batches} batches`)
   assert.match(text, /^dashboard_usage_events_total\{result="counted"\} \d+/m)
   assert.match(text, /^dashboard_quota_events_total\{kind="blocked"\} 1$/m)
+  assert.match(text, /^dashboard_consume_refusals_total\{reason="quota_exceeded"\} [1-9]\d*$/m)
+  assert.match(text, /^dashboard_consume_refusals_total\{reason="rate_limited"\} [1-9]\d*$/m)
 })
 
 test("the app's connections run with jit off", async () => {

@@ -1,8 +1,8 @@
 'use strict'
 // The dashboard in a real browser: Debian's chromium, driven by
 // playwright-core (no browser download).  Loads /, drives usage through the
-// API, and checks that the quota bars, the blocked list and the live chart
-// change without a reload.  The screenshot is kept in test/output/ (or
+// API, and checks that the quota bars, the blocked list, the rate-limited
+// counts and the live chart change without a reload.  The screenshot is kept in test/output/ (or
 // $DASHBOARD_TEST_OUTPUT).
 const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
@@ -40,7 +40,9 @@ before(async () => {
     SELECT flagmeter.track_batch(array_fill('globex'::text, ARRAY[40]), array_fill('tokens'::text, ARRAY[40]),
         (SELECT array_agg(900 + 50 * (i % 5)) FROM generate_series(1, 40) i)::bigint[],
         (SELECT array_agg(now() - i * interval '1 minute') FROM generate_series(1, 40) i));
-    SELECT flagmeter.track('initech', 'tokens', 4200), flagmeter.track('initech', 'api_calls', 3);`)
+    SELECT flagmeter.track('initech', 'tokens', 4200), flagmeter.track('initech', 'api_calls', 3);
+    -- initech: one API call an hour, so that its second is refused for its rate
+    SELECT flagmeter.override_rate_limit('initech', 'api_calls', 1, '1 hour');`)
   app = await startApp(db, null, { DASHBOARD_STATE_MS: '300', DASHBOARD_SERIES_MS: '500' })
   const { chromium } = require('playwright-core')
   userDir = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'fm-dash-chromium-'))
@@ -60,7 +62,7 @@ after(async () => {
   if (userDir) fs.rmSync(userDir, { recursive: true, force: true })
 })
 
-test('bars, blocked list and chart change live, without a reload', async () => {
+test('bars, blocked list, rate-limited counts and chart change live, without a reload', async () => {
   const page = await browser.newPage()
   const errors = []
   page.on('pageerror', (err) => errors.push(err.message))
@@ -74,6 +76,7 @@ test('bars, blocked list and chart change live, without a reload', async () => {
   assert.equal(await page.getAttribute('tr[data-tenant="acme"] .bar[data-meter="api_calls"]', 'data-state'), 'ok')
   assert.equal(await page.getAttribute('tr[data-tenant="initech"] .bar[data-meter="tokens"]', 'data-state'), 'warning')
   assert.equal(await page.textContent('#blocked'), 'none')
+  assert.equal(await page.textContent('#rate-limited'), 'none')
   // the chart shows the first tenant (acme), api_calls: nothing yet
   await page.waitForFunction(() => window.dashboard.series && window.dashboard.series.tenant === 'acme')
   assert.equal(await page.getAttribute('#chart', 'data-total'), '0')
@@ -98,6 +101,13 @@ test('bars, blocked list and chart change live, without a reload', async () => {
   await page.selectOption('#meter-select', 'tokens')
   await page.waitForFunction(() => document.querySelector('#chart').dataset.total === '42500', null, { timeout: 15000 })
   await page.waitForSelector('tr[data-tenant="globex"] .bar[data-meter="tokens"][data-used="42500"]', { timeout: 15000 })
+
+  // initech past its rate: the page counts its refusals (its first call is granted)
+  const statuses = []
+  for (let i = 0; i < 3; i++) statuses.push((await call(`${app.url}/api/consume`, 'POST', { tenant: 'initech', meter: 'api_calls' })).status)
+  assert.deepEqual(statuses, [200, 429, 429])
+  await page.waitForSelector('#rate-limited li[data-tenant="initech"][data-count="2"]', { timeout: 15000 })
+  assert.equal(await page.textContent('#rate-limited li[data-tenant="initech"]'), 'initech · 2 requests')
 
   // still the page that was loaded first: no reload, no polling of the API
   assert.equal(await page.evaluate(() => window.loadedOnce), true)

@@ -1,8 +1,9 @@
 'use strict'
 // check: the decision for amount more, exact (reads every committed event).
 const { types } = require('../numbers')
+const { DECISION_COLUMNS } = require('./decision')
 
-const text = 'SELECT granted, used, quota, remaining, resets_at, overage, meter, reason, from_grants, balance' +
+const text = 'SELECT ' + DECISION_COLUMNS +
   ' FROM flagmeter.check($1, $2, $3::bigint)'
 
 /**

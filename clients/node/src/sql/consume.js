@@ -1,8 +1,9 @@
 'use strict'
 // consume of one meter inside the caller's transaction.
 const { types } = require('../numbers')
+const { DECISION_COLUMNS } = require('./decision')
 
-const text = 'SELECT granted, used, quota, remaining, resets_at, overage, meter, reason, from_grants, balance' +
+const text = 'SELECT ' + DECISION_COLUMNS +
   ' FROM flagmeter.consume($1, $2, $3::bigint, $4)'
 
 /**

@@ -4,8 +4,9 @@
 // in order, each exactly as consume, and returns one decision per row in
 // argument order.
 const { types } = require('../numbers')
+const { DECISION_COLUMNS } = require('./decision')
 
-const text = 'SELECT item, granted, used, quota, remaining, resets_at, overage, meter, reason, from_grants, balance' +
+const text = 'SELECT item, ' + DECISION_COLUMNS +
   ' FROM flagmeter.consume_batch($1::text[], $2::text[], $3::bigint[], $4::text[], $5::int[])'
 
 /**

@@ -2,8 +2,9 @@
 // consume across several meters, all or nothing, inside the caller's
 // transaction: one decision per meter in argument order.
 const { types } = require('../numbers')
+const { DECISION_COLUMNS } = require('./decision')
 
-const text = 'SELECT granted, used, quota, remaining, resets_at, overage, meter, reason, from_grants, balance' +
+const text = 'SELECT ' + DECISION_COLUMNS +
   ' FROM flagmeter.consume($1, $2::text[], $3::bigint[], $4)'
 
 /**

@@ -2,11 +2,12 @@
 // Credit grants and reservations (README "Credit grants", "Reservations"):
 // unbatched calls, each its own statement on the connection given.
 const { types } = require('../numbers')
+const { DECISION_COLUMNS, milliseconds } = require('./decision')
 
 const balanceText = 'SELECT flagmeter.balance($1, $2) AS balance'
-const reserveText = 'SELECT granted, reservation_id, reserved, expires_at, balance' +
+const reserveText = 'SELECT granted, reservation_id, reserved, expires_at, balance, ' + milliseconds('retry_after', 'retry_after_ms') +
   ' FROM flagmeter.reserve($1, $2, $3::bigint, $4::interval, $5)'
-const settleText = 'SELECT granted, used, quota, remaining, resets_at, overage, meter, reason, from_grants, balance' +
+const settleText = 'SELECT ' + DECISION_COLUMNS +
   ' FROM flagmeter.settle($1::bigint, $2::bigint)'
 const releaseText = 'SELECT flagmeter.release($1::bigint) AS released'
 

@@ -15,6 +15,8 @@ export interface DecisionRow {
   reason: DecisionReason
   from_grants: Int
   balance: Int | null
+  /** retry_after in whole milliseconds, rounded up (src/sql/decision.js) */
+  retry_after_ms: number | null
 }
 
 /** A row of consume_batch: a decision of item `item` (1-based). */
@@ -29,6 +31,16 @@ export interface ReservationRow {
   reserved: Int
   expires_at: Date | null
   balance: Int | null
+  retry_after_ms: number | null
+}
+
+/** A row of flagmeter.limit_batch, its intervals in whole milliseconds: the answer to item `item` (1-based). */
+export interface RateDecisionRow {
+  item: number
+  allowed: boolean
+  remaining: Int
+  retry_after_ms: number | null
+  reset_after_ms: number
 }
 
 /** A row of flagmeter.effective_limits, as the cache keeps it (Limit). */

@@ -3,7 +3,7 @@
 import {
   FlagMeter, FlagMeterClosedError, FlagMeterNotAppliedError, FlagMeterOutcomeUnknownError, FlagMeterFaultError,
   QUOTA_EVENT_KINDS, DEFAULTS, toInt, checkAmount, parseJson, intTypes,
-  type CallOutcome, type Decision, type FeatureConfig, type Int, type ThresholdEvent,
+  type CallOutcome, type Decision, type DecisionReason, type RateDecision, type RateLimitOptions, type Limit, type FeatureConfig, type Int, type ThresholdEvent,
   type QuotaEvent, type QuotaEventKind, type FlagMeterEvents
 } from 'flagmeter'
 import { Client, Pool } from 'pg'
@@ -55,6 +55,28 @@ async function main (): Promise<void> {
   const d: Decision = await fm.consume('acme', 'api_calls', 1n, { key: 'r' })
   const ds: Decision[] = await fm.consume('acme', ['api_calls', 'tokens'], [1, 800])
   const used: Int = d.used
+  const wait: number | null = d.retryAfterMs
+  const rateLimited: DecisionReason = 'rate_limited'
+  const opts: RateLimitOptions = { rate: 100, per: '1 minute', burst: 20n, cost: 0 }
+  const r: RateDecision = await fm.rateLimit('ip:10.0.0.1', { rate: 10, per: 1 })
+  const allowed: boolean = r.allowed
+  const left: Int = r.remaining
+  const retry: number | null = r.retryAfterMs
+  const reset: number = r.resetAfterMs
+  const limits: { calls: number; groups: number } = fm.stats().rateLimit
+  await fm.rateLimit('login:acme', opts)
+  void wait; void rateLimited; void allowed; void left; void retry; void reset; void limits
+  // @ts-expect-error: a rate limit needs its window
+  await fm.rateLimit('k', { rate: 10 })
+  // @ts-expect-error: per is seconds or an interval text, not a Date
+  await fm.rateLimit('k', { rate: 10, per: new Date() })
+  // @ts-expect-error: the cached limit of a tenant and meter is fm.limit, synchronous
+  const cached: Promise<RateDecision> = fm.limit('acme', 'api_calls')
+  void cached
+  // fm.limit(key, options) is the rate limiter (issue 37's name), fm.limit(tenant, meter) the cache
+  const viaLimit: RateDecision = await fm.limit('ip:10.0.0.1', { rate: 10, per: 1 })
+  const fromCache: Limit | undefined = fm.limit('acme', 'api_calls')
+  void viaLimit; void fromCache
   const resets: Date | null = ds[0].resetsAt
   const blocked: boolean = fm.isBlocked('acme', 'api_calls')
   fm.on('threshold', (e: ThresholdEvent) => { const p: number = e.threshold; void p })
