@@ -4,7 +4,7 @@
 PG_CONFIG ?= pg_config
 
 EXTENSION  = flagmeter
-EXTVERSION = 0.1.0
+EXTVERSION = 0.2.0
 
 MODULE_big = flagmeter
 OBJS = \
@@ -55,16 +55,18 @@ OBJS = \
 	src/invalidate.o
 
 # The install script is built from one file per concern under sql/parts;
-# released upgrade scripts (sql/flagmeter--A--B.sql) are shipped as they are.
+# the install scripts of released versions and the upgrade scripts
+# (sql/flagmeter--A--B.sql) are shipped as they are.
 SQL_PARTS  = $(sort $(wildcard sql/parts/*.sql))
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
-DATA       = $(wildcard sql/$(EXTENSION)--*--*.sql)
+DATA       = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*.sql))
 
 # flagmeter_proxy, the API in a PL/Proxy proxy database (README "Scale-out"):
 # the counter and decision types of sql/parts, then contrib/plproxy/proxy.sql.
 PROXY_PARTS = sql/parts/10_counter.sql sql/parts/15_decision.sql contrib/plproxy/proxy.sql
 DATA_built += contrib/plproxy/flagmeter_proxy--$(EXTVERSION).sql
-DATA       += contrib/plproxy/flagmeter_proxy.control
+DATA       += contrib/plproxy/flagmeter_proxy.control \
+	$(filter-out $(DATA_built),$(wildcard contrib/plproxy/flagmeter_proxy--*.sql))
 
 REGRESS      = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))
 REGRESS_OPTS = --inputdir=test --load-extension=flagmeter

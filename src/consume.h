@@ -11,28 +11,8 @@
 #include "postgres.h"
 #include "datatype/timestamp.h"
 
-#include "counter_core.h"
+#include "consume_item.h"
 #include "decision.h"
-#include "grants.h"
-#include "limit.h"
-
-/* One meter of an item; the caller sets meter and amount, zeroes the rest. */
-typedef struct FmConsumeItem
-{
-	const char *meter;
-	int64		amount;
-	FmLimit		limit;
-	TimestampTz period_start;
-	TimestampTz period_end;
-	FmCounter	tracked;		/* the other stripes, as seen before the lock */
-	FmCounter	stripe0;		/* stripe 0 as locked */
-	FmCounter	stripe0_after;	/* stripe 0 once the item is recorded */
-	FmGrantsHeld grants;		/* locked when the item needs them */
-	int64		draw;			/* what the item draws from them */
-	int64		held;			/* what reservations hold (holds.h) */
-	bool		force;			/* never refused: a settle records usage that
-								 * happened */
-} FmConsumeItem;
 
 /*
  * The meters of one item, as the caller named them: 1 to

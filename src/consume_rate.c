@@ -35,26 +35,40 @@ bool
 fm_items_rate_spend(const char *tenant, const FmConsumeItem *items, int n,
 					int *refused, int64 *retry_after)
 {
-	int			i;
+	volatile int spent = 0;
+	volatile bool allowed = true;
 
-	for (i = 0; i < n; i++)
+	/* a failure (53400: no room) gives back what earlier items spent */
+	PG_TRY();
 	{
-		FmRateKey	key;
-		FmRateVerdict verdict;
-
-		if (items[i].limit.rate_limit.rate == 0)
-			continue;
-		key = fm_rate_key_of_meter(tenant, items[i].meter);
-		fm_rate_take(&key, &items[i].limit.rate_limit, items[i].amount, true, &verdict);
-		if (!verdict.allowed)
+		for (; spent < n; spent++)
 		{
-			fm_items_rate_give_back(tenant, items, i);
-			*refused = i;
-			*retry_after = verdict.retry_after;
-			return false;
+			FmRateKey	key;
+			FmRateVerdict verdict;
+
+			if (items[spent].limit.rate_limit.rate == 0)
+				continue;
+			key = fm_rate_key_of_meter(tenant, items[spent].meter);
+			fm_rate_take(&key, &items[spent].limit.rate_limit, items[spent].amount, true,
+						 &verdict);
+			if (!verdict.allowed)
+			{
+				*refused = spent;
+				*retry_after = verdict.retry_after;
+				allowed = false;
+				break;
+			}
 		}
 	}
-	return true;
+	PG_CATCH();
+	{
+		fm_items_rate_give_back(tenant, items, spent);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (!allowed)
+		fm_items_rate_give_back(tenant, items, spent);
+	return allowed;
 }
 
 void

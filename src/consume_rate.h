@@ -11,7 +11,7 @@
 
 #include "postgres.h"
 
-#include "consume.h"
+#include "consume_item.h"
 #include "decision.h"
 #include "limit.h"
 

@@ -158,7 +158,7 @@ fm_rate_limiter_init(void)
 	DefineCustomIntVariable("flagmeter.rate_limit_keys",
 							gettext_noop("Keys the rate limiters' table holds at once."),
 							gettext_noop("Only when flagmeter is in shared_preload_libraries; "
-										 "a key takes 40.25 bytes of shared memory.  Idle keys "
+										 "a key takes 40.5 bytes of shared memory.  Idle keys "
 										 "make room by themselves."),
 							&rate_limit_keys,
 							100000, FM_RATE_WAYS, 100000000,
@@ -477,6 +477,18 @@ fm_decision_apply_rate(const char *tenant, const char *meter, const FmLimit *lim
 	fm_rate_take(&key, &limit->rate_limit, amount, spend, &verdict);
 	if (!verdict.allowed)
 		fm_decision_rate_limited(decision, verdict.retry_after);
+}
+
+void
+fm_decision_give_back_rate(const char *tenant, const char *meter, const FmLimit *limit,
+						   int64 amount)
+{
+	FmRateKey	key;
+
+	if (limit->rate_limit.rate == 0)
+		return;
+	key = fm_rate_key_of_meter(tenant, meter);
+	fm_rate_give_back(&key, &limit->rate_limit, amount);
 }
 
 /* SQL ------------------------------------------------------------------------------ */

@@ -69,4 +69,8 @@ extern void fm_rate_give_back(const FmRateKey *key, const FmRate *rate, int64 co
 extern void fm_decision_apply_rate(const char *tenant, const char *meter, const FmLimit *limit,
 								   int64 amount, bool spend, FmDecision *decision);
 
+/* Give back what fm_decision_apply_rate spent (spend true, granted). */
+extern void fm_decision_give_back_rate(const char *tenant, const char *meter,
+									   const FmLimit *limit, int64 amount);
+
 #endif							/* FLAGMETER_RATE_LIMITER_H */

@@ -256,6 +256,30 @@ insert_reservation(const char *tenant, const char *meter, int64 amount,
 }
 
 /*
+ * insert_reservation for a hold whose rate limit was spent: a failure
+ * gives the rate back, as consume's does.
+ */
+static int64
+insert_rated_reservation(const char *tenant, const char *meter, const FmLimit *limit,
+						 int64 amount, TimestampTz now, TimestampTz expires_at,
+						 const char *key)
+{
+	int64		id;
+
+	PG_TRY();
+	{
+		id = insert_reservation(tenant, meter, amount, now, expires_at, key);
+	}
+	PG_CATCH();
+	{
+		fm_decision_give_back_rate(tenant, meter, limit, amount);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	return id;
+}
+
+/*
  * reserve(tenant, meter, amount, ttl, idempotency_key)
  *   -> (granted, reservation_id, reserved, expires_at, balance, retry_after)
  *
@@ -303,7 +327,7 @@ fm_reserve(PG_FUNCTION_ARGS)
 	}
 	if (granted && id == 0)
 	{
-		id = insert_reservation(tenant, meter, amount, now, expires_at, key);
+		id = insert_rated_reservation(tenant, meter, &limit, amount, now, expires_at, key);
 		decision.balance = Max(decision.balance - amount, 0);
 	}
 	SPI_finish();

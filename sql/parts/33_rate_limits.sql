@@ -128,7 +128,7 @@ COMMENT ON FUNCTION flagmeter.store_rate_limit(text, text, text, bigint, interva
 'the part of set_rate_limit (tenant NULL) and override_rate_limit (plan NULL) that announces nothing: validates and stores';
 
 -- limit_changed for a plan's (tenant NULL) or a tenant's rate limit, with
--- the quota in force beside it (a client re-reads the limits it caches).
+-- the quota in force beside it, as every limit_changed carries it.
 CREATE FUNCTION flagmeter.announce_rate_limit(plan text, tenant text, meter text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -137,11 +137,15 @@ AS $$
 DECLARE
 	l record;
 BEGIN
+	-- the quota in force: a tenant's (its override, else its plan's), or the plan's
 	IF tenant IS NOT NULL THEN
-		SELECT t.plan INTO plan FROM flagmeter.tenants t WHERE t.tenant = announce_rate_limit.tenant;
+		SELECT c.plan, c.quota, c.period, c.mode, c.thresholds INTO l
+		FROM flagmeter.limit_config(tenant, meter) c;
+		plan := l.plan;
+	ELSE
+		SELECT li.quota, li.period, li.mode, li.thresholds INTO l FROM flagmeter.limits li
+		WHERE li.plan = announce_rate_limit.plan AND li.meter = announce_rate_limit.meter;
 	END IF;
-	SELECT li.quota, li.period, li.mode, li.thresholds INTO l FROM flagmeter.limits li
-	WHERE li.plan = announce_rate_limit.plan AND li.meter = announce_rate_limit.meter;
 	PERFORM flagmeter.announce('limit_changed', tenant, meter, plan, NULL, NULL, l.quota,
 	                           l.period, l.mode, l.thresholds);
 END $$;

@@ -194,6 +194,11 @@ SELECT granted, reservation_id IS NULL AS no_id, retry_after FROM reserve('rl_gl
 SELECT unassign_tenant('rl_globex');
 SELECT count(*) FROM rate_overrides WHERE tenant = 'rl_globex';
 
+-- limit_changed carries the quota in force: a tenant's override, not its plan's
+SELECT override_limit('rl_acme', 'rl_tokens', 5000);
+SELECT override_rate_limit('rl_acme', 'rl_tokens', 10, '1 second');
+SELECT kind, tenant, meter, quota FROM outbox ORDER BY version DESC LIMIT 1;
+
 -- the table in shared memory
 SELECT capacity >= 16 AS has_capacity, keys > 0 AS holds_keys, full_refusals FROM rate_limiter();
 SELECT set_test_clock(NULL);

@@ -8,6 +8,7 @@
 use strict;
 use warnings;
 
+use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -21,11 +22,15 @@ my ($ret, $stdout, $stderr) =
 is($ret, 0, 'CREATE EXTENSION flagmeter succeeds')
   or diag("stderr: $stderr");
 
+# the version being built, as the Makefile states it (070_upgrade.pl
+# checks that the other files agree)
+my ($version) =
+  slurp_file(dirname(__FILE__) . '/../../Makefile') =~ /^EXTVERSION\s*=\s*(\S+)/m;
 is( $node->safe_psql(
 		'postgres',
 		"SELECT extversion FROM pg_extension WHERE extname = 'flagmeter'"),
-	'0.1.0',
-	'installed flagmeter version is 0.1.0');
+	$version,
+	"installed flagmeter version is the Makefile's ($version)");
 
 # t0 below has no plan: metered without limit, as configured here (the
 # default refuses it).
