@@ -8,8 +8,10 @@
 #               a minute (none is refused at these rates)
 # Each has a diagnostic row: the same limiter as plain SQL, GCRA in an
 # unlogged table (one upsert per call; the row holds the key's theoretical
-# arrival time), what one writes without flagmeter.  Both are skipped while
-# flagmeter.limit() does not exist in the build.
+# arrival time), what one writes without flagmeter.  limit_hot has a second
+# one: a constant row of limit()'s shape (rate_decision: a boolean, a
+# bigint, two intervals), which costs SELECT 1 its output alone.  Both are
+# skipped while flagmeter.limit() does not exist in the build.
 
 register_workload limit_hot "limit() on one key vs SELECT 1; over-grant check"
 register_workload limit_keys "limit() over $LIMIT_KEYS keys vs SELECT 1"
@@ -72,8 +74,11 @@ wl_limit_hot() {
 SELECT flagmeter.limit('hot', 1000000, '1 second');
 EOF
 	script sql_gcra_hot < <(sql_gcra "'hot'" '1 microsecond' '1 second')
-	show_scripts fm_limit_hot select1 sql_gcra_hot
-	measure limit_hot "$CLIENTS" prepared 0 select1 sql_gcra_hot fm_limit_hot
+	script row_shape <<'SQL'
+SELECT ROW(true, 999999::bigint, NULL::interval, '00:00:00.000001'::interval);
+SQL
+	show_scripts fm_limit_hot select1 sql_gcra_hot row_shape
+	measure limit_hot "$CLIENTS" prepared 0 select1 row_shape sql_gcra_hot fm_limit_hot
 
 	# Over-grants: a key allowing LIMIT_TIGHT_BURST calls an hour, spent by
 	# 1.5 x as many calls from every client at once; exactly the burst
@@ -107,6 +112,9 @@ EOF
 	diag_row limit_hot "$CLIENTS" limit_hot.fm_limit_hot limit_hot.sql_gcra_hot \
 		"GCRA upsert, unlogged table" \
 		"the same limiter as plain SQL (one hot row); it runs at $(ratio_of limit_hot.sql_gcra_hot limit_hot.select1) x SELECT 1"
+	diag_row limit_hot "$CLIENTS" limit_hot.fm_limit_hot limit_hot.row_shape \
+		"a constant row of limit()'s shape" \
+		"SELECT ROW(true, 999999::bigint, NULL::interval, '00:00:00.000001'::interval), the output of limit()'s answer alone, runs at $(ratio_of limit_hot.row_shape limit_hot.select1) x SELECT 1"
 }
 
 wl_limit_keys() {
