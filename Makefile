@@ -46,6 +46,7 @@ OBJS = \
 	src/reservations.o \
 	src/reads.o \
 	src/void.o \
+	src/unique_values.o \
 	src/entitlements.o \
 	src/notify.o \
 	src/notify_outbox.o \

@@ -592,6 +592,8 @@ fm_consume_items(const char *tenant, FmConsumeItem *items, int n, const char *ke
 	for (i = 0; i < n; i++)
 	{
 		fm_load_limit(tenant, items[i].meter, false, &items[i].limit);
+		if (!items[i].counts_value)
+			fm_refuse_unique_meter(items[i].meter, &items[i].limit);
 		fm_period_bounds(items[i].limit.period, items[i].limit.anchor,
 						 items[i].limit.tz, now,
 						 &items[i].period_start, &items[i].period_end);

@@ -16,6 +16,7 @@ fm_used_of(const FmCounter *c, FmAggregation aggregation)
 	switch (aggregation)
 	{
 		case FM_AGG_SUM:
+		case FM_AGG_UNIQUE:
 			return c->used;
 		case FM_AGG_COUNT:
 			return c->events;
@@ -40,8 +41,22 @@ fm_aggregation_name(FmAggregation aggregation)
 			return "max";
 		case FM_AGG_LATEST:
 			return "latest";
+		case FM_AGG_UNIQUE:
+			return "unique";
 	}
 	return "sum";				/* keep compiler quiet */
+}
+
+void
+fm_refuse_unique_meter(const char *meter, const FmLimit *limit)
+{
+	if (limit->aggregation == FM_AGG_UNIQUE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("meter \"%s\" counts distinct values, not amounts", meter),
+				 errdetail("Its usage in a period is the number of distinct values recorded in it."),
+				 errhint("Record a value with flagmeter.track_value(tenant, meter, value) "
+						 "or flagmeter.consume_value(tenant, meter, value).")));
 }
 
 /* flagmeter.meters' CHECK constraint admits only these names */
@@ -56,6 +71,8 @@ fm_aggregation_from_name(const char *name)
 		return FM_AGG_MAX;
 	if (strcmp(name, "latest") == 0)
 		return FM_AGG_LATEST;
+	if (strcmp(name, "unique") == 0)
+		return FM_AGG_UNIQUE;
 	elog(ERROR, "unknown aggregation \"%s\" in flagmeter.meters", name);
 	return FM_AGG_SUM;			/* keep compiler quiet */
 }

@@ -22,7 +22,11 @@ typedef enum FmAggregation
 	FM_AGG_SUM,					/* sum of amounts */
 	FM_AGG_COUNT,				/* number of events */
 	FM_AGG_MAX,					/* greatest amount */
-	FM_AGG_LATEST				/* amount of the latest event */
+	FM_AGG_LATEST,				/* amount of the latest event */
+	FM_AGG_UNIQUE				/* distinct values (unique_values.c): each new
+								 * value of a period is an event of amount 1,
+								 * each forgotten one takes it back, so "used"
+								 * is the sum */
 } FmAggregation;
 
 /*
@@ -69,6 +73,13 @@ typedef struct FmLimit
 
 /* The usage a counter shows for a meter of this aggregation. */
 extern int64 fm_used_of(const FmCounter *c, FmAggregation aggregation);
+
+/*
+ * Refuse a call that records amounts (track, consume, reserve and their
+ * batches) on a meter that counts distinct values: 42809, with the call
+ * to use instead.  Nothing is written before it.
+ */
+extern void fm_refuse_unique_meter(const char *meter, const FmLimit *limit);
 
 /* The names flagmeter.meters uses for aggregations, both ways. */
 extern const char *fm_aggregation_name(FmAggregation aggregation);

@@ -158,6 +158,7 @@ static void
 load_reservable_limit(const char *tenant, const char *meter, FmLimit *limit)
 {
 	fm_load_limit(tenant, meter, false, limit);
+	fm_refuse_unique_meter(meter, limit);
 	if (limit->aggregation != FM_AGG_SUM)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),

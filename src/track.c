@@ -20,6 +20,7 @@
 #include "limit_lookup.h"
 #include "period.h"
 #include "pools.h"
+#include "track.h"
 #include "track_alerts.h"
 #include "usage_rows.h"
 
@@ -62,7 +63,7 @@ fm_track_text(PG_FUNCTION_ARGS)
  */
 static bool
 record_event(const char *tenant, const char *meter, int64 amount, TimestampTz occurred_at,
-			 const char *key, int seq, const char *kind, FmLimit *limit)
+			 const char *key, int seq, const char *kind, bool counts_value, FmLimit *limit)
 {
 	TimestampTz period_start;
 	TimestampTz period_end;
@@ -71,6 +72,8 @@ record_event(const char *tenant, const char *meter, int64 amount, TimestampTz oc
 	bool		read_due;
 
 	fm_load_limit(tenant, meter, false, limit);
+	if (!counts_value)
+		fm_refuse_unique_meter(meter, limit);
 	fm_period_bounds(limit->period, limit->anchor, limit->tz, occurred_at,
 					 &period_start, &period_end);
 	fm_usage_target(tenant, meter, period_start);
@@ -133,7 +136,7 @@ track_call(FunctionCallInfo fcinfo, bool occurred_at_text)
 	fm_lock_counters_for_write();
 	fm_check_event_time(tenant, meter, occurred_at);
 	SPI_connect();
-	counted = record_event(tenant, meter, amount, occurred_at, key, 0, "track", &limit);
+	counted = record_event(tenant, meter, amount, occurred_at, key, 0, "track", false, &limit);
 	if (counted && fm_draws_from_pool(&limit))
 	{
 		/* the pool's units, under the same key (pools.h) */
@@ -141,9 +144,23 @@ track_call(FunctionCallInfo fcinfo, bool occurred_at_text)
 		char	   *pool = pstrdup(limit.pool);
 
 		record_event(tenant, pool, fm_pool_amount(&limit, amount), occurred_at, key, 1,
-					 "track_pool", &pool_limit);
+					 "track_pool", false, &pool_limit);
 	}
 	SPI_finish();
 	fm_usage_target_clear();
 	PG_RETURN_BOOL(counted);
+}
+
+/*
+ * A value new in its period (unique_values.c): one event of amount 1 at
+ * occurred_at, recorded as track records one, inside the caller's SPI.
+ * The caller holds the counters' lock and checked the event's time.
+ */
+void
+fm_track_new_value(const char *tenant, const char *meter, TimestampTz occurred_at)
+{
+	FmLimit		limit;
+
+	record_event(tenant, meter, 1, occurred_at, NULL, 0, "track", true, &limit);
+	fm_usage_target_clear();
 }

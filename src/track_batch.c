@@ -231,7 +231,10 @@ load_limits_and_periods(TrackBatch *b)
 		tenant_meter_key(hkey, b->tenants[i], b->meters[i]);
 		entry = hash_search(b->limits, hkey, HASH_ENTER, &found);
 		if (!found)
+		{
 			fm_load_limit(b->tenants[i], b->meters[i], false, &entry->limit);
+			fm_refuse_unique_meter(b->meters[i], &entry->limit);
+		}
 		fm_period_bounds(entry->limit.period, entry->limit.anchor, entry->limit.tz,
 						 b->occurred[i], &b->period_starts[i], &end);
 	}

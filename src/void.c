@@ -25,6 +25,7 @@
 #include "period.h"
 #include "stripes.h"
 #include "usage_rows.h"
+#include "void.h"
 
 static FmStatement lock_key_stmt = {
 	"SELECT meter, amount, occurred_at, granted, voided_at IS NOT NULL,"
@@ -469,4 +470,33 @@ fm_void(PG_FUNCTION_ARGS)
 
 	SPI_finish();
 	PG_RETURN_BOOL(true);
+}
+
+/*
+ * A forgotten value (unique_values.c): its event of amount 1 at
+ * occurred_at comes out of its period's counters as a voided event's
+ * does, and is logged in flagmeter.voids (under log_key) so that
+ * maintain() takes it out of the rollups.  Inside the caller's SPI, with
+ * the counters' lock held.
+ */
+void
+fm_void_value_event(const char *tenant, const char *meter, TimestampTz occurred_at,
+					const char *log_key)
+{
+	VoidItem	item;
+	Datum		vargs[6];
+
+	item.meter = pstrdup(meter);
+	item.amount = 1;
+	item.occurred_at = occurred_at;
+	item.consumed = false;
+	void_in_counters(tenant, &item);
+
+	vargs[0] = CStringGetTextDatum(tenant);
+	vargs[1] = CStringGetTextDatum(meter);
+	vargs[2] = Int64GetDatum(1);
+	vargs[3] = TimestampTzGetDatum(occurred_at);
+	vargs[4] = CStringGetTextDatum(log_key);
+	vargs[5] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	fm_execute(&log_void_stmt, vargs, NULL, false, 0);
 }

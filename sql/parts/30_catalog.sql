@@ -15,7 +15,7 @@ CREATE TABLE flagmeter.meters (
 		CONSTRAINT meters_name_valid CHECK (meter OPERATOR(pg_catalog.~) '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$'),
 	aggregation	text NOT NULL
 		CONSTRAINT meters_aggregation_valid
-		CHECK (aggregation OPERATOR(pg_catalog.=) ANY (ARRAY['sum', 'count', 'max', 'latest'])),
+		CHECK (aggregation OPERATOR(pg_catalog.=) ANY (ARRAY['sum', 'count', 'max', 'latest', 'unique'])),
 	unit		text CONSTRAINT meters_unit_length CHECK (pg_catalog.length(unit) OPERATOR(pg_catalog.<=) 63),
 	created_at	timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	-- a credit pool: usage of this meter also uses rate units of the pool
@@ -30,7 +30,7 @@ CREATE TABLE flagmeter.meters (
 	CONSTRAINT meters_draws_other CHECK (draws OPERATOR(pg_catalog.<>) meter)
 );
 COMMENT ON TABLE flagmeter.meters IS
-'what is counted; aggregation says which figure of the counter is "used": sum of amounts, count of events, max amount, or latest amount; draws and rate make a meter draw from a credit pool';
+'what is counted; aggregation says which figure of the counter is "used": sum of amounts, count of events, max amount, latest amount, or the number of distinct values (unique); draws and rate make a meter draw from a credit pool';
 COMMENT ON COLUMN flagmeter.meters.draws IS
 'the pool meter this meter draws from (NULL: none): every unit recorded on this meter records rate units of the pool, decided with it all or nothing';
 COMMENT ON COLUMN flagmeter.meters.rate IS
@@ -297,10 +297,10 @@ BEGIN
 	IF aggregation IS NULL THEN
 		RAISE EXCEPTION 'aggregation must not be NULL' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	IF NOT aggregation = ANY (ARRAY['sum', 'count', 'max', 'latest']) THEN
+	IF NOT aggregation = ANY (ARRAY['sum', 'count', 'max', 'latest', 'unique']) THEN
 		RAISE EXCEPTION 'invalid aggregation "%"', left(aggregation, 64)
 			USING ERRCODE = 'invalid_parameter_value',
-			      HINT = 'Valid aggregations are "sum", "count", "max" and "latest".';
+			      HINT = 'Valid aggregations are "sum", "count", "max", "latest" and "unique".';
 	END IF;
 	IF length(unit) > 63 THEN
 		RAISE EXCEPTION 'unit is too long' USING ERRCODE = 'string_data_right_truncation',
@@ -335,7 +335,7 @@ EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
 	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.define_meter(text, text, text, text, numeric) IS
-'defines a meter (aggregation sum, count, max or latest) or changes its unit, its pool, or its aggregation while it has no recorded usage; draws names a sum meter (the pool) that every unit of this one also uses rate units of (default 1), decided all or nothing with it';
+'defines a meter (aggregation sum, count, max, latest or unique: distinct values) or changes its unit, its pool, or its aggregation while it has no recorded usage; draws names a sum meter (the pool) that every unit of this one also uses rate units of (default 1), decided all or nothing with it';
 
 -- What makes a meter a valid drawer of a pool, and a pool a valid pool:
 -- one level (a pool draws from nothing, a drawer is no pool), sum pools,
@@ -665,13 +665,15 @@ BEGIN
 	DELETE FROM flagmeter.rollup_day d WHERE d.tenant = delete_usage.tenant OR d.meter = delete_usage.meter;
 	DELETE FROM flagmeter.event_keys k WHERE k.tenant = delete_usage.tenant OR k.meter = delete_usage.meter;
 	DELETE FROM flagmeter.voids v WHERE v.tenant = delete_usage.tenant OR v.meter = delete_usage.meter;
+	DELETE FROM flagmeter.unique_values u WHERE u.tenant = delete_usage.tenant OR u.meter = delete_usage.meter;
+	DELETE FROM flagmeter.value_sightings s WHERE s.tenant = delete_usage.tenant OR s.meter = delete_usage.meter;
 EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
 	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
 	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
 	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
 COMMENT ON FUNCTION flagmeter.delete_usage(text, text) IS
-'deletes everything recorded for a tenant or for a meter (counters, events, rollups, idempotency keys, voids), after the transactions recording usage; for unassign_tenant(forget_usage) and drop_meter';
+'deletes everything recorded for a tenant or for a meter (counters, events, rollups, idempotency keys, voids, distinct values), after the transactions recording usage; for unassign_tenant(forget_usage) and drop_meter';
 
 -- The tenant leaves its plan (its overrides go with it) and is unassigned
 -- again: metered without limit in calendar months in UTC, or refused

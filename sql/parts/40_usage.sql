@@ -297,6 +297,11 @@ BEGIN
 	DELETE FROM flagmeter.counters c
 	WHERE c.tenant = recount_current_period.tenant AND c.meter = recount_current_period.meter
 	  AND c.period_start = b.period_start;
+	IF cfg.aggregation = 'unique' THEN
+		-- its events include values forgotten since (voided without a key)
+		PERFORM flagmeter.recount_unique_values(tenant, meter, b.period_start, b.period_end);
+		RETURN;
+	END IF;
 
 	INSERT INTO flagmeter.counters (tenant, meter, period_start, stripe, counter)
 	SELECT recount_current_period.tenant, recount_current_period.meter, b.period_start, 0,

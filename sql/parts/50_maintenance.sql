@@ -646,6 +646,9 @@ BEGIN
 	DELETE FROM flagmeter.voids v WHERE v.voided_at < cutoff AND v.xid < high;
 	DELETE FROM flagmeter.reservations r WHERE r.expires_at < cutoff;
 	DELETE FROM flagmeter.rollovers r WHERE r.expires_at < cutoff;
+	-- the sets of unique meters' periods and their sightings, like events
+	DELETE FROM flagmeter.unique_values u WHERE u.period_end < cutoff;
+	DELETE FROM flagmeter.value_sightings s WHERE s.day < (cutoff AT TIME ZONE 'UTC')::date;
 
 	periods_compacted := flagmeter.compact_counters();
 	PERFORM flagmeter.summarize_event_partitions();

@@ -97,6 +97,10 @@ BEGIN
 	END IF;
 	step := ('1 ' || bucket)::interval;
 	first_bucket := date_trunc(bucket, "from", timezone);
+	IF aggregation = 'unique' THEN
+		RETURN QUERY SELECT * FROM flagmeter.unique_series(tenant, meter, first_bucket, "to", bucket, timezone);
+		RETURN;
+	END IF;
 	IF bucket = 'minute' THEN
 		IF "to" - "from" > interval '7 days' THEN
 			RAISE EXCEPTION 'a series of minute buckets spans at most 7 days' USING ERRCODE = 'program_limit_exceeded',

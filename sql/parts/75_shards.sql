@@ -195,6 +195,7 @@ BEGIN
 	END IF;
 	-- every table with a tenant column (the regression test shards lists them)
 	FOREACH tbl IN ARRAY ARRAY['events', 'voids', 'counters', 'event_keys', 'rollup_hour', 'rollup_day',
+	                           'unique_values', 'value_sightings',
 	                           'blocked', 'outbox', 'reservations', 'rollovers', 'credit_grants', 'credit_accounts',
 	                           'overrides',
 	                           'feature_overrides', 'tenants']

@@ -74,6 +74,10 @@ REVOKE ALL ON FUNCTION flagmeter.check(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.limit_in_force(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.usage(text, text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.void(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.track_value(text, text, text, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.consume_value(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.forget_value(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.recount_unique_values(text, text, timestamptz, timestamptz) FROM PUBLIC;
 -- the rate limiters live in shared memory: spending from one is a write
 REVOKE ALL ON FUNCTION flagmeter.limit(text, bigint, interval, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.limit_batch(text[], bigint[], interval[], bigint[], bigint[]) FROM PUBLIC;
@@ -174,6 +178,9 @@ BEGIN
 			'flagmeter.check(text, text, bigint)',
 			'flagmeter.usage(text, text, timestamptz)',
 			'flagmeter.void(text, text)',
+			'flagmeter.track_value(text, text, text, timestamptz)',
+			'flagmeter.consume_value(text, text, text)',
+			'flagmeter.forget_value(text, text, text)',
 			'flagmeter.track_events(text[], text[], bigint[], timestamptz[], text[])',
 			'flagmeter.consume_batch(text[], text[], bigint[], text[], integer[])',
 			'flagmeter.has_feature(text, text)',
@@ -196,7 +203,7 @@ BEGIN
 		RETURN QUERY SELECT 'SELECT', 'TABLE ' || t FROM unnest(ARRAY[
 			'flagmeter.status', 'flagmeter.effective_limits', 'flagmeter.stats',
 			'flagmeter.current_state', 'flagmeter.rollup_hour', 'flagmeter.rollup_day',
-			'flagmeter.events', 'flagmeter.voids', 'flagmeter.tenant_features',
+			'flagmeter.events', 'flagmeter.voids', 'flagmeter.value_sightings', 'flagmeter.tenant_features',
 			'flagmeter.entitlements', 'flagmeter.grants'] || config_tables || feature_tables) t;
 	ELSE
 		-- the catalog functions are PL/pgSQL run as the caller; recounts,
@@ -228,6 +235,7 @@ BEGIN
 			'flagmeter.drop_meter(text, boolean)',
 			'flagmeter.delete_usage(text, text)',
 			'flagmeter.recount_current_period(text, text)',
+			'flagmeter.recount_unique_values(text, text, timestamptz, timestamptz)',
 			'flagmeter.review_blocks(text, text, text)',
 			'flagmeter.review_usage(text, text)',
 			'flagmeter.apply_limit_changes(jsonb)',
@@ -241,10 +249,11 @@ BEGIN
 			'flagmeter.credit_accounts', 'flagmeter.credit_grants']) t;
 		RETURN QUERY SELECT 'USAGE', 'SEQUENCE flagmeter.credit_grant_id';
 		RETURN QUERY SELECT 'SELECT, INSERT, UPDATE, DELETE', 'TABLE ' || t FROM unnest(ARRAY[
-			'flagmeter.plans', 'flagmeter.counters', 'flagmeter.pending_limit_changes'] || config_tables || feature_tables) t;
+			'flagmeter.plans', 'flagmeter.counters', 'flagmeter.pending_limit_changes',
+			'flagmeter.unique_values'] || config_tables || feature_tables) t;
 		RETURN QUERY SELECT 'SELECT, DELETE', 'TABLE ' || t FROM unnest(ARRAY[
 			'flagmeter.events', 'flagmeter.event_keys', 'flagmeter.voids', 'flagmeter.rollup_hour',
-			'flagmeter.rollup_day', 'flagmeter.outbox']) t;
+			'flagmeter.rollup_day', 'flagmeter.outbox', 'flagmeter.value_sightings']) t;
 		RETURN QUERY SELECT 'SELECT', 'TABLE ' || t FROM unnest(ARRAY[
 			'flagmeter.blocked', 'flagmeter.effective_limits', 'flagmeter.grants',
 			'flagmeter.rollovers']) t;
