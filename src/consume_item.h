@@ -30,9 +30,9 @@ typedef struct FmConsumeItem
 	int64		held;			/* what reservations hold (holds.h) */
 	bool		force;			/* never refused: a settle records usage that
 								 * happened */
-	bool		counts_value;	/* consume_value's new value of a unique
-								 * meter (unique_values.c); other calls may
-								 * not name such a meter */
+	bool		counts_value;	/* consume_value's new value of a unique meter
+								 * (unique_values.c); other calls may not name
+								 * such a meter */
 } FmConsumeItem;
 
 #endif							/* FLAGMETER_CONSUME_ITEM_H */

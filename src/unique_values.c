@@ -27,6 +27,7 @@
 #include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/date.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
@@ -268,9 +269,15 @@ fm_consume_value(PG_FUNCTION_ARGS)
 	}
 	else
 	{
-		/* already counted: what check says of no more usage */
+		/*
+		 * Already counted: what check says of no more usage, in a new
+		 * snapshot (READ COMMITTED), which sees the transaction that counted
+		 * the value if this call waited for its insert.
+		 */
 		decision = SPI_palloc(sizeof(FmDecision));	/* outlives SPI */
+		PushActiveSnapshot(GetTransactionSnapshot());
 		fm_check_decision(call.tenant, call.meter, 0, decision);
+		PopActiveSnapshot();
 	}
 	if (decision->granted)
 		sight_value(&call);

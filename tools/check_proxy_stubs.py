@@ -90,6 +90,9 @@ NOT_PROXIED = {
     "limit_in_force(text, text)": "internal to the C calls on the shard",
     "limit_configs(text, text)": "internal to limit_config and the views on the shard",
     "series(text, text, timestamptz, timestamptz, text, text)": "the body of usage_series on the shard",
+    "unique_series(text, text, timestamptz, timestamptz, text, text)":
+        "the body of usage_series of a unique meter on the shard",
+    "recount_unique_values(text, text, timestamptz, timestamptz)": "internal to recounts on the shard",
     "has_pending_events(text, text)": "internal to recounts on the shard",
     "pending_drop(text, text, timestamptz)": "internal to recounts on the shard",
     "partition_of(text, integer)": "the shard's side of moving a partition (flagmeter-move-partition)",

@@ -13,7 +13,8 @@
 -- later: README "Scale-out").  Here, in schema flagmeter:
 --
 --   routed by tenant   RUN ON tenant_hash(tenant): track, consume (both),
---                      check, usage, void, assign_plan, override_limit,
+--                      check, usage, void, track_value, consume_value,
+--                      forget_value, assign_plan, override_limit,
 --                      drop_override, override_rate_limit,
 --                      drop_rate_override, rate_limit_config, limit (by
 --                      its key), limit_config, status(tenant),
@@ -135,6 +136,38 @@ AS $$
 $$;
 COMMENT ON FUNCTION flagmeter.void(text, text) IS
 'flagmeter.void on the tenant''s shard';
+
+-- Distinct counts: a tenant's sets of values live on its shard.
+CREATE FUNCTION flagmeter.track_value(tenant text, meter text, value text,
+	occurred_at timestamptz DEFAULT now())
+RETURNS boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.track_value(text, text, text, timestamptz) IS
+'flagmeter.track_value on the tenant''s shard; committed there when it returns';
+
+CREATE FUNCTION flagmeter.consume_value(tenant text, meter text, value text)
+RETURNS flagmeter.decision
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.consume_value(text, text, text) IS
+'flagmeter.consume_value on the tenant''s shard, where the tenant''s limit is enforced; committed there when it returns';
+
+CREATE FUNCTION flagmeter.forget_value(tenant text, meter text, value text)
+RETURNS boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON flagmeter.tenant_hash(tenant);
+$$;
+COMMENT ON FUNCTION flagmeter.forget_value(text, text, text) IS
+'flagmeter.forget_value on the tenant''s shard';
 
 -- Credit grants and reservations (issue 19): the calls that name a tenant
 -- are routed by it.  void_grant, settle and release take only an id, which
@@ -1015,6 +1048,9 @@ REVOKE ALL ON FUNCTION flagmeter.consume(text, text[], bigint[], text) FROM PUBL
 REVOKE ALL ON FUNCTION flagmeter."check"(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.usage(text, text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.void(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.track_value(text, text, text, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.consume_value(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.forget_value(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.define_meter(text, text, text, text, numeric) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.define_plan(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[], integer, bigint, integer) FROM PUBLIC;
