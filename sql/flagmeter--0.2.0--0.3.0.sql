@@ -625,7 +625,7 @@ BEGIN
 		RETURN QUERY SELECT 'EXECUTE', 'FUNCTION flagmeter.usage(text, text, timestamptz)';
 		RETURN QUERY SELECT 'SELECT', 'TABLE ' || t FROM unnest(ARRAY[
 			'flagmeter.status', 'flagmeter.effective_limits', 'flagmeter.stats',
-			'flagmeter.current_state', 'flagmeter.rollup_hour', 'flagmeter.rollup_day',
+			'flagmeter.current_state', 'flagmeter.current_settings', 'flagmeter.rollup_hour', 'flagmeter.rollup_day',
 			'flagmeter.events', 'flagmeter.voids', 'flagmeter.value_sightings', 'flagmeter.tenant_features',
 			'flagmeter.entitlements', 'flagmeter.grants'] || config_tables || feature_tables) t;
 	ELSE

@@ -143,7 +143,8 @@ REVOKE ALL ON FUNCTION flagmeter.index_event_partition(regclass) FROM PUBLIC;
 -- function inlined into a view reads as the caller, plpgsql as its caller),
 -- which is why a layout lists tables that its paths never name:
 -- effective_limits and status read meters, tenants, limits and overrides
--- through limit_config(); usage_series reads current_state.
+-- through limit_config(); usage_series reads current_state, and
+-- current_settings (the retention) for minute buckets and unique meters.
 CREATE FUNCTION flagmeter.access_privileges(access text)
 RETURNS TABLE (privilege text, object text)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -202,7 +203,7 @@ BEGIN
 		RETURN QUERY SELECT 'EXECUTE', 'FUNCTION flagmeter.usage(text, text, timestamptz)';
 		RETURN QUERY SELECT 'SELECT', 'TABLE ' || t FROM unnest(ARRAY[
 			'flagmeter.status', 'flagmeter.effective_limits', 'flagmeter.stats',
-			'flagmeter.current_state', 'flagmeter.rollup_hour', 'flagmeter.rollup_day',
+			'flagmeter.current_state', 'flagmeter.current_settings', 'flagmeter.rollup_hour', 'flagmeter.rollup_day',
 			'flagmeter.events', 'flagmeter.voids', 'flagmeter.value_sightings', 'flagmeter.tenant_features',
 			'flagmeter.entitlements', 'flagmeter.grants'] || config_tables || feature_tables) t;
 	ELSE

@@ -376,6 +376,8 @@ SELECT flagmeter.assign_plan('r-acme', 'r-free', '2026-01-31 10:00:00+00', 'UTC'
        flagmeter.assign_plan('r-hooli', 'r-free', '2026-01-31 10:00:00+00', 'UTC'),
        flagmeter.assign_plan('r-leaver', 'r-free');
 SELECT flagmeter.override_limit('r-hooli', 'api_calls', 200), flagmeter.drop_override('r-hooli', 'api_calls');
+-- a meter of distinct values (issue 38)
+SELECT flagmeter.define_meter('r-users', 'unique'), flagmeter.set_limit('r-free', 'r-users', 2, 'lifetime');
 SELECT flagmeter.define_plan('r-gone'), flagmeter.drop_plan('r-gone'),
        flagmeter.define_meter('r-gone'), flagmeter.drop_meter('r-gone');
 -- features, announced as feature_changed (announce_feature is in the layout)
@@ -407,6 +409,11 @@ SELECT granted, reserved FROM flagmeter.reserve('r-acme', 'api_calls', 5, idempo
 SELECT granted, used FROM flagmeter.settle((flagmeter.reserve('r-acme', 'api_calls', 5, idempotency_key => 'r-res1')).reservation_id, 2);
 SELECT flagmeter.release((flagmeter.reserve('r-acme', 'api_calls', 1)).reservation_id);
 SELECT flagmeter.void('r-acme', 'r-k1');
+-- distinct values: tracked, consumed up to the quota, forgotten
+SELECT flagmeter.track_value('r-acme', 'r-users', 'ann') AS new_value,
+       (flagmeter.consume_value('r-acme', 'r-users', 'bob')).granted AS bob,
+       (flagmeter.consume_value('r-acme', 'r-users', 'cid')).granted AS cid,
+       flagmeter.forget_value('r-acme', 'r-users', 'bob') AS freed;
 -- but cannot change limits or plans, nor touch the tables
 SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
 	($$SELECT flagmeter.set_limit('r-free', 'api_calls', 1000000, 'lifetime')$$),
@@ -439,6 +446,8 @@ SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
 	($$SELECT * FROM flagmeter.events$$),
 	($$SELECT * FROM flagmeter.counters$$),
 	($$SELECT * FROM flagmeter.event_keys$$),
+	($$SELECT * FROM flagmeter.unique_values$$),
+	($$DELETE FROM flagmeter.value_sightings$$),
 	($$TRUNCATE flagmeter.blocked$$),
 	($$SELECT * FROM flagmeter.rollup_day$$),
 	($$SELECT * FROM flagmeter.status$$),
@@ -494,6 +503,7 @@ SELECT tenant, meter, used, quota, state FROM flagmeter.status
 WHERE tenant OPERATOR(pg_catalog.~~) 'r-%' ORDER BY tenant, meter;
 SELECT tenant, used FROM flagmeter.top_tenants('storage_gb', 2);
 SELECT bucket_start, used FROM flagmeter.usage_series('r-hooli', 'storage_gb', '2026-02-01', '2026-02-03');
+SELECT pg_catalog.sum(used) AS distinct_users FROM flagmeter.usage_series('r-acme', 'r-users', pg_catalog.now() - interval '1 day', pg_catalog.now());
 SELECT pending_events OPERATOR(pg_catalog.>) 0 AS has_pending, blocked FROM flagmeter.stats;
 SELECT tenant, amount, remaining, state FROM flagmeter.grants WHERE tenant OPERATOR(pg_catalog.~~) 'r-%' ORDER BY grant_id;
 SELECT sql, pg_temp.try(sql) AS result FROM (VALUES
