@@ -178,6 +178,31 @@ UNION ALL
 SELECT 4, allowed, remaining, retry_after IS NOT NULL FROM flagmeter.limit('api-key:k_live_42', 3, '1 second');
 
 \echo
+\echo '== 3c. Distinct counts: seats and monthly active users ===================================='
+\echo
+\echo 'free plans have 3 seats (a lifetime limit on a unique meter) and count monthly active'
+\echo 'users; initech adds four members: the fourth is refused, the three others keep working'
+\o /dev/null
+SELECT flagmeter.define_meter('seats', 'unique', 'seat'),
+       flagmeter.define_meter('active_users', 'unique', 'user');
+SELECT flagmeter.set_limit('free', 'seats', 3, 'lifetime'),
+       flagmeter.set_limit('free', 'active_users', 100);
+\o
+SELECT m.member, d.granted, d.used, d.quota, d.reason
+FROM (VALUES (1, 'ann@initech.example'), (2, 'bob@initech.example'), (3, 'cid@initech.example'),
+             (4, 'dan@initech.example'), (5, 'ann@initech.example')) m(n, member),
+     LATERAL flagmeter.consume_value('initech', 'seats', m.member) d
+ORDER BY m.n;
+\echo 'bob leaves: his seat is free again, and dan gets it'
+SELECT flagmeter.forget_value('initech', 'seats', 'bob@initech.example') AS freed,
+       (flagmeter.consume_value('initech', 'seats', 'dan@initech.example')).granted AS dan;
+\echo 'every request tracks its user: 5 requests of 3 users are 3 active users this month'
+SELECT count(*) FILTER (WHERE flagmeter.track_value('initech', 'active_users', u)) AS new_users
+FROM unnest(ARRAY['u1', 'u2', 'u1', 'u3', 'u2']) u;
+SELECT flagmeter.used(flagmeter.usage('initech', 'active_users')) AS active_users,
+       flagmeter.quota(flagmeter.usage('initech', 'active_users')) AS quota;
+
+\echo
 \echo '== 4. Corrections: void ====================================================================='
 \echo
 \echo 'wayne: an import tracked 500 api_calls under key import-42 by mistake'
