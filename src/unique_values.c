@@ -60,6 +60,13 @@ static FmStatement remove_value_stmt = {
 	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, UUIDOID}
 };
 
+static FmStatement value_counted_stmt = {
+	"SELECT FROM flagmeter.unique_values"
+	" WHERE tenant" FM_EQ "$1 AND meter" FM_EQ "$2 AND period_start" FM_EQ "$3"
+	" AND value_hash" FM_EQ "$4",
+	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, UUIDOID}
+};
+
 static FmStatement sight_value_stmt = {
 	"INSERT INTO flagmeter.value_sightings (tenant, meter, day, period_start, value_hash)"
 	" VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
@@ -206,6 +213,42 @@ sight_value(const ValueCall *call)
 	fm_execute(&sight_value_stmt, args, NULL, false, 0);
 }
 
+/* Whether the value is in its period's set, in a new snapshot. */
+static bool
+value_counted(const ValueCall *call)
+{
+	Datum		args[4];
+
+	args[0] = CStringGetTextDatum(call->tenant);
+	args[1] = CStringGetTextDatum(call->meter);
+	args[2] = TimestampTzGetDatum(call->period_start);
+	args[3] = UUIDPGetDatum(&call->hash);
+	fm_execute(&value_counted_stmt, args, NULL, false, 1);
+	return SPI_processed == 1;
+}
+
+/*
+ * consume_value's decision for a value counted already: granted, with
+ * what check says of no more usage.  A new snapshot (READ COMMITTED) sees
+ * the transaction that counted the value when this call waited for its
+ * insert, and the values counted by earlier calls of the same statement.
+ * Past a hard quota lowered since the value was counted, check refuses no
+ * more usage; the value keeps working all the same.
+ */
+static void
+counted_decision(const ValueCall *call, FmDecision *decision)
+{
+	PushActiveSnapshot(GetTransactionSnapshot());
+	fm_check_decision(call->tenant, call->meter, 0, decision);
+	PopActiveSnapshot();
+	if (!decision->granted)
+	{
+		decision->granted = true;
+		decision->reason = FM_REASON_OK;
+		decision->retry_after = -1;
+	}
+}
+
 /*
  * track_value(tenant, meter, value, occurred_at) -> boolean
  *
@@ -234,11 +277,14 @@ fm_track_value(PG_FUNCTION_ARGS)
  * consume_value(tenant, meter, value) -> decision
  *
  * Granted when the value is counted in the current period already (its
- * usage unchanged), or when one more value fits the limit and the rate
- * limit (then it is counted, as consume records one unit); refused
- * otherwise, recording nothing.  Concurrent calls with new values decide
- * one at a time on the period's row, as consume's do, so the count never
- * passes a hard quota.
+ * usage unchanged, even past a quota lowered since), or when one more value
+ * fits the limit and the rate limit (then it is counted, as consume
+ * records one unit); refused otherwise, recording nothing.  A new value is
+ * decided on the period's stripe 0, locked before the value is added to
+ * the set: concurrent calls with new values decide one at a time, so the
+ * count never passes a hard quota, and a transaction that holds stripe 0
+ * and adds a value another call is deciding on does not deadlock with it
+ * (that call waits for stripe 0 before it adds the value).
  */
 PG_FUNCTION_INFO_V1(fm_consume_value);
 Datum
@@ -249,35 +295,33 @@ fm_consume_value(PG_FUNCTION_ARGS)
 	FmDecision *decision;
 
 	start_value_call(fcinfo, &call, GetCurrentTransactionStartTimestamp());
-	if (add_value(&call))
-	{
-		FmConsumeItem item;
-		int			ndecisions;
-
-		memset(&item, 0, sizeof(item));
-		item.meter = call.meter;
-		item.amount = 1;
-		item.counts_value = true;
-		decision = fm_consume_items(call.tenant, &item, 1, NULL, &ndecisions);
-		if (!decision->granted)
-		{
-			TimestampTz counted_at;
-
-			/* the row this call inserted, still locked by it */
-			remove_value(&call, &counted_at);
-		}
-	}
+	decision = SPI_palloc(sizeof(FmDecision));	/* outlives SPI */
+	if (value_counted(&call))
+		counted_decision(&call, decision);
 	else
 	{
-		/*
-		 * Already counted: what check says of no more usage, in a new
-		 * snapshot (READ COMMITTED), which sees the transaction that counted
-		 * the value if this call waited for its insert.
-		 */
-		decision = SPI_palloc(sizeof(FmDecision));	/* outlives SPI */
-		PushActiveSnapshot(GetTransactionSnapshot());
-		fm_check_decision(call.tenant, call.meter, 0, decision);
-		PopActiveSnapshot();
+		fm_lock_consume_periods(&call.tenant, &call.meter, 1);
+		if (!add_value(&call))
+			counted_decision(&call, decision);	/* added meanwhile */
+		else
+		{
+			FmConsumeItem item;
+			int			ndecisions;
+
+			memset(&item, 0, sizeof(item));
+			item.meter = call.meter;
+			item.amount = 1;
+			item.counts_value = true;
+			/* in this SPI connection's memory, gone at SPI_finish: copied */
+			*decision = *fm_consume_items(call.tenant, &item, 1, NULL, &ndecisions);
+			if (!decision->granted)
+			{
+				TimestampTz counted_at;
+
+				/* the row this call inserted, still locked by it */
+				remove_value(&call, &counted_at);
+			}
+		}
 	}
 	if (decision->granted)
 		sight_value(&call);

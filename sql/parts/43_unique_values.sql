@@ -76,24 +76,35 @@ COMMENT ON FUNCTION flagmeter.forget_value(text, text, text) IS
 
 -- A unique meter's current period after its boundaries moved (a plan,
 -- period, anchor or time zone change; recount_current_period): the values
--- counted within the new bounds, in the periods they were counted in, make
--- up its set, once each, and its counter is their number.  A value seen
--- in the new bounds but first counted before them is counted again when it
--- is next seen.
+-- counted within the new bounds move from the sets of the periods they
+-- were counted in (periods of the configuration before) into its set, once
+-- each, and its counter is their number.  Moved, not copied: a value
+-- forgotten since it was counted must not come back from an older set when
+-- the configuration changes back.  A value seen in the new bounds but first
+-- counted before them is counted again when it is next seen.
 CREATE FUNCTION flagmeter.recount_unique_values(tenant text, meter text,
 	period_start timestamptz, period_end timestamptz)
 RETURNS void
 LANGUAGE sql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+WITH moved AS (
+	DELETE FROM flagmeter.unique_values v
+	WHERE v.tenant OPERATOR(pg_catalog.=) $1 AND v.meter OPERATOR(pg_catalog.=) $2
+	  AND v.period_start OPERATOR(pg_catalog.<>) $3
+	  AND v.counted_at OPERATOR(pg_catalog.>=) $3 AND v.counted_at OPERATOR(pg_catalog.<) $4
+	RETURNING v.value_hash, v.counted_at
+)
 INSERT INTO flagmeter.unique_values AS u (tenant, meter, period_start, value_hash, counted_at, period_end)
-SELECT DISTINCT ON (v.value_hash) $1, $2, $3, v.value_hash, v.counted_at, $4
-FROM flagmeter.unique_values v
-WHERE v.tenant OPERATOR(pg_catalog.=) $1 AND v.meter OPERATOR(pg_catalog.=) $2
-  AND v.period_start OPERATOR(pg_catalog.<>) $3
-  AND v.counted_at OPERATOR(pg_catalog.>=) $3 AND v.counted_at OPERATOR(pg_catalog.<) $4
-ORDER BY v.value_hash, v.counted_at
+SELECT DISTINCT ON (m.value_hash) $1, $2, $3, m.value_hash, m.counted_at, $4
+FROM moved m
+ORDER BY m.value_hash, m.counted_at
 ON CONFLICT DO NOTHING;
+
+-- the set's own rows, from when the period had other bounds
+UPDATE flagmeter.unique_values v SET period_end = $4
+WHERE v.tenant OPERATOR(pg_catalog.=) $1 AND v.meter OPERATOR(pg_catalog.=) $2
+  AND v.period_start OPERATOR(pg_catalog.=) $3 AND v.period_end OPERATOR(pg_catalog.<>) $4;
 
 INSERT INTO flagmeter.counters (tenant, meter, period_start, stripe, counter)
 SELECT $1, $2, $3, 0, flagmeter.quota_counter_agg(1, v.counted_at)
@@ -103,7 +114,7 @@ WHERE v.tenant OPERATOR(pg_catalog.=) $1 AND v.meter OPERATOR(pg_catalog.=) $2
 HAVING count(*) OPERATOR(pg_catalog.>) 0;
 $$;
 COMMENT ON FUNCTION flagmeter.recount_unique_values(text, text, timestamptz, timestamptz) IS
-'rebuilds the set and the counter of a unique meter''s period [period_start, period_end) from the values counted within it (recount_current_period, after the counters of that period were deleted)';
+'rebuilds the set and the counter of a unique meter''s period [period_start, period_end) from the values counted within it, moved from the sets they were in (recount_current_period, after the counters of that period were deleted)';
 
 -- usage_series of a unique meter (series()): distinct values per day, week
 -- or month bucket in UTC, counted from the sightings.  Finer buckets and

@@ -75,6 +75,15 @@ SELECT tenant, meter FROM blocked WHERE tenant = 'uv-acme' ORDER BY meter;
 -- the entitlements view reads unique meters as any other
 SELECT name, used, quota, remaining, state FROM entitlements WHERE tenant = 'uv-acme' AND kind = 'meter' AND name LIKE 'uv\_%' ORDER BY name;
 
+-- a quota lowered below the count: the seats counted keep working, a new one is refused
+SELECT override_limit('uv-acme', 'uv_seats', 1);
+SELECT granted, used, quota, reason FROM consume_value('uv-acme', 'uv_seats', 'ann');
+SELECT granted, used, quota, reason FROM consume_value('uv-acme', 'uv_seats', 'eve');
+SELECT drop_override('uv-acme', 'uv_seats');
+-- several calls in one statement see each other's values
+SELECT v, (consume_value('uv-multi', 'uv_seats', v)).used
+FROM (VALUES (1, 'a'), (2, 'b'), (3, 'a')) s(n, v) ORDER BY n;
+
 -- Errors: specific SQLSTATEs, nothing written -------------------------------------------------
 \set VERBOSITY sqlstate
 SELECT track_value('uv-acme', 'uv_mau', NULL);
@@ -156,6 +165,13 @@ SELECT used(usage('uv-move', 'uv_mau')) AS today, quota(usage('uv-move', 'uv_mau
 -- old1 was first counted yesterday: seen today, it counts today
 SELECT track_value('uv-move', 'uv_mau', 'old1') AS recounted, track_value('uv-move', 'uv_mau', 'new1') AS known;
 SELECT used(usage('uv-move', 'uv_mau')) AS today;
+-- and back: the values move back into the lifetime set, and one forgotten
+-- meanwhile stays forgotten (old1 is there from yesterday already)
+SELECT forget_value('uv-move', 'uv_mau', 'new2') AS forgotten;
+SELECT assign_plan('uv-move', 'uv_life', '2020-01-01 00:00+00', 'UTC');
+SELECT used(usage('uv-move', 'uv_mau')) AS lifetime_again,
+       (SELECT count(*) FROM unique_values WHERE tenant = 'uv-move') AS set_rows,
+       (SELECT count(*) FROM unique_values WHERE tenant = 'uv-move' AND period_end <> 'infinity') AS old_bounds;
 
 -- Retention: sets of periods that ended before it and sightings older than it go ----------------
 INSERT INTO unique_values VALUES
