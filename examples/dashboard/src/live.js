@@ -44,7 +44,7 @@ function tenantsOf (rows) {
     let t = byTenant.get(r.tenant)
     if (!t) byTenant.set(r.tenant, (t = { tenant: r.tenant, plan: r.plan, meters: [] }))
     t.meters.push({
-      meter: r.meter, used: r.used, quota: r.quota, remaining: r.remaining, ratio: r.ratio,
+      meter: r.meter, aggregation: r.aggregation, unit: r.unit, used: r.used, quota: r.quota, remaining: r.remaining, ratio: r.ratio,
       state: r.state, mode: r.mode, period: r.period, resets_at: r.resets_at
     })
   }
