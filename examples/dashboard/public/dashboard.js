@@ -2,6 +2,9 @@
 // `state` events redraw the tenants, blocked, rate-limited and top lists; `quota` events
 // add to the latest events at once; `series` events redraw the chart of the
 // chosen tenant and meter.  Choosing another one reopens the stream with it.
+// A unique meter counts distinct values (active users, seats): its bar and
+// chart say so (its unit, else "distinct values"), and its chart is per UTC
+// day over 30 days, since distinct counts of minutes would not add up.
 /* global uPlot, EventSource */
 (function () {
   'use strict'
@@ -22,10 +25,24 @@
 
   const fmt = (n) => (n === null || n === undefined ? '∞' : Number(n).toLocaleString('en'))
 
+  const isUnique = (m) => m.aggregation === 'unique'
+  // what a unique meter's figures count
+  const distinctUnit = (m) => m.unit || 'distinct values'
+
+  /** The meter's row of the latest state (its aggregation and unit), or null. */
+  function meterInfo (meter) {
+    for (const t of view.state?.tenants ?? []) {
+      const m = t.meters.find((x) => x.meter === meter)
+      if (m) return m
+    }
+    return null
+  }
+
   function bar (m) {
     const pct = m.quota ? Math.min(100, (Number(m.used) / Number(m.quota)) * 100) : 0
-    return el('div', { class: `bar ${m.state}`, data: { meter: m.meter, state: m.state, used: String(m.used) } },
-      el('div', { class: 'label' }, el('span', {}, m.meter), el('span', {}, `${fmt(m.used)} / ${fmt(m.quota)} · ${Math.round(pct)} %`)),
+    const figures = `${fmt(m.used)} / ${fmt(m.quota)}${isUnique(m) ? ' ' + distinctUnit(m) : ''} · ${Math.round(pct)} %`
+    return el('div', { class: `bar ${m.state}`, data: { meter: m.meter, state: m.state, used: String(m.used), aggregation: m.aggregation } },
+      el('div', { class: 'label' }, el('span', {}, m.meter), el('span', { class: 'figures' }, figures)),
       el('div', { class: 'track' }, el('div', { class: 'fill', style: `width:${pct.toFixed(1)}%` })))
   }
 
@@ -87,24 +104,41 @@
     }
     const xs = s.points.map((p) => Number(p[0]))
     const ys = s.points.map((p) => Number(p[1]))
-    const total = ys.reduce((a, b) => a + b, 0)
-    $('chart-total').textContent = `${fmt(total)} ${s.meter} in the last hour`
-    $('chart').dataset.total = String(total)
+    const chart = $('chart')
+    chart.dataset.bucket = s.bucket
+    let label
+    if (s.bucket === 'day') {
+      // distinct values per day: a sum of days would count a value once a day
+      const unit = distinctUnit(meterInfo(s.meter) ?? {})
+      const today = ys.length ? ys[ys.length - 1] : 0
+      $('chart-title').textContent = 'Last 30 days, distinct per day (UTC)'
+      $('chart-total').textContent = `${fmt(today)} ${unit} today`
+      chart.dataset.today = String(today)
+      delete chart.dataset.total
+      label = `${s.meter}: ${unit} per day`
+    } else {
+      const total = ys.reduce((a, b) => a + b, 0)
+      $('chart-title').textContent = 'Last hour, per minute'
+      $('chart-total').textContent = `${fmt(total)} ${s.meter} in the last hour`
+      chart.dataset.total = String(total)
+      delete chart.dataset.today
+      label = `${s.meter} per minute`
+    }
     const data = [xs, ys]
-    if (view.chart && view.chartMeter !== s.meter) {
-      // the legend names the meter: a new chart for another one
+    if (view.chart && view.chartLabel !== label) {
+      // the legend names the meter and what it counts: a new chart for another one
       view.chart.destroy()
       view.chart = null
     }
-    view.chartMeter = s.meter
+    view.chartLabel = label
     if (!view.chart) {
       view.chart = new uPlot({
-        width: Math.max(300, $('chart').clientWidth),
+        width: Math.max(300, chart.clientWidth),
         height: 220,
-        series: [{}, { label: `${s.meter} per minute`, stroke: '#1c7ed6', fill: 'rgba(28,126,214,.15)', width: 2 }],
+        series: [{}, { label, stroke: '#1c7ed6', fill: 'rgba(28,126,214,.15)', width: 2 }],
         axes: [{}, { size: 60 }],
         scales: { x: { time: true } }
-      }, data, $('chart'))
+      }, data, chart)
     } else {
       view.chart.setData(data)
     }

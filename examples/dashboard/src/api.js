@@ -4,7 +4,8 @@
 // event is committed (durable), 409 for a key recorded before, 429 when a
 // consume is refused (for its quota, or for its rate: src/rateLimits.js),
 // 400 with the SQLSTATE when the database refuses the input (a tenant never
-// assigned a plan among it: QT001).
+// assigned a plan among it: QT001).  An event or consume of a unique meter
+// carries a value instead of an amount (src/values.js).
 const { checkAmount } = require('flagmeter')
 const { HttpError } = require('./http')
 const { rateLimitedHeaders } = require('./rateLimits')
@@ -52,8 +53,24 @@ function field (body, name, { required = true, type = 'string' } = {}) {
   return v
 }
 
-/** The body of /api/events and /api/consume: {tenant, meter, amount = 1, id}. */
+const given = (body, name) => body[name] !== undefined && body[name] !== null
+
+/**
+ * The body of /api/events and /api/consume: {tenant, meter, amount = 1, id},
+ * or {tenant, meter, value} for a unique meter.  A value is counted once
+ * per period however often it is sent, so it takes no id (it has no
+ * idempotency key to record it under).
+ */
 function usageBody (body) {
+  if (body.value !== undefined) {
+    if (given(body, 'amount')) throw new HttpError(400, 'give an amount or a value, not both (a value is for a unique meter)')
+    if (given(body, 'id')) throw new HttpError(400, 'a value takes no id: it is counted once per period however often it is sent')
+    const tenant = field(body, 'tenant')
+    const meter = field(body, 'meter')
+    if (typeof body.value !== 'string' || body.value === '') throw new HttpError(400, 'value must be a non-empty string')
+    // its length (at most 1024 bytes) is the database's to check: 22001
+    return { tenant, meter, value: body.value }
+  }
   const id = field(body, 'id', { required: false })
   return {
     tenant: field(body, 'tenant'),
@@ -80,9 +97,15 @@ function quotaHeaders (d) {
   return h
 }
 
-function createApi ({ fm, metrics, deliverer, ratePolicies }) {
+function createApi ({ fm, values, metrics, deliverer, ratePolicies }) {
   async function postEvent (body) {
-    const { tenant, meter, amount, id, opts } = usageBody(body)
+    const { tenant, meter, value, amount, id, opts } = usageBody(body)
+    if (value !== undefined) {
+      // true when new in its period (the distinct count went up by one)
+      const isNew = await values.trackValue(tenant, meter, value)
+      metrics.usageEvents.inc({ result: isNew ? 'new_value' : 'known_value' })
+      return [200, { counted: true, new: isNew }]
+    }
     // a call refused for its own input fails alone: the client splits its group
     const { counted } = await fm.track(tenant, meter, amount, opts)
     metrics.usageEvents.inc({ result: counted ? 'counted' : 'duplicate' })
@@ -91,8 +114,8 @@ function createApi ({ fm, metrics, deliverer, ratePolicies }) {
   }
 
   async function postConsume (body) {
-    const { tenant, meter, amount, opts } = usageBody(body)
-    const d = await fm.consume(tenant, meter, amount, opts)
+    const { tenant, meter, value, amount, opts } = usageBody(body)
+    const d = value !== undefined ? await values.consumeValue(tenant, meter, value) : await fm.consume(tenant, meter, amount, opts)
     metrics.consumes.inc({ result: d.granted ? 'granted' : 'refused' })
     const body2 = { granted: d.granted, reason: d.reason, used: d.used, quota: d.quota, remaining: d.remaining, resets_at: d.resetsAt, overage: d.overage, meter }
     if (d.granted) return [200, body2, quotaHeaders(d)]
@@ -116,6 +139,8 @@ function createApi ({ fm, metrics, deliverer, ratePolicies }) {
       plan: rows.length ? rows[0].plan : null,
       meters: rows.map((r) => ({
         meter: r.meter,
+        aggregation: r.aggregation,
+        unit: r.unit,
         used: r.used,
         quota: r.quota,
         remaining: r.remaining,

@@ -2,8 +2,10 @@
 // The app: one node:http server on the flagmeter client.
 //
 //   POST /api/events        {tenant, meter, amount, id}  200 | 409 duplicate | 400 {sqlstate}
+//                           {tenant, meter, value}       200 {new} (a unique meter)
 //   POST /api/consume       {tenant, meter, amount, id}  200 | 429, X-RateLimit-* headers
 //                           (a 429 for the rate: Retry-After, RateLimit-Policy, RateLimit)
+//                           {tenant, meter, value}       the same answers (a unique meter)
 //   GET  /api/usage/:tenant every meter: used, quota, remaining, state, resets_at
 //   GET  /api/state         what the dashboard shows, read now
 //   GET  /api/stream        server-sent events for the dashboard (?tenant=&meter= for its chart)
@@ -22,6 +24,7 @@ const { FlagMeter, DEFAULTS } = require('flagmeter')
 
 const { send, readJson, HttpError } = require('./http')
 const { createApi } = require('./api')
+const { createValueCalls } = require('./values')
 const { createMetrics } = require('./metrics')
 const { LiveFeed } = require('./live')
 const { RatePolicies } = require('./rateLimits')
@@ -216,7 +219,7 @@ function createApp (opts) {
     rateLimited: () => metrics.rateLimited(), onError: (err) => log(`dashboard: ${err.message}`)
   })
   metrics.state.streamClients = () => live.clients
-  const api = createApi({ fm, metrics, deliverer, ratePolicies: new RatePolicies(fm) })
+  const api = createApi({ fm, values: createValueCalls(fm), metrics, deliverer, ratePolicies: new RatePolicies(fm) })
   const server = http.createServer(handler({ fm, api, live, metrics, log }))
   server.keepAliveTimeout = 60000
 

@@ -3,12 +3,13 @@
 //
 // One refresh for all of them, not one per browser: while at least one
 // dashboard is connected, the instance reads the state (flagmeter.status,
-// top_tenants) every stateMs and each watched (tenant, meter) minute series
-// every seriesMs, and sends only what changed.  A quota event from the
-// client (threshold, blocked, unblocked, limit or plan changed) is pushed at
-// once and brings the next state read forward.  With no dashboard open it
-// reads nothing.  The blocked list is the client's cache, which every
-// instance keeps from the same event sequence.  Whether the database is
+// top_tenants) every stateMs and each watched (tenant, meter) series (per
+// minute, per day for a unique meter) every seriesMs, and sends only what
+// changed.  A quota event from the client (threshold, blocked, unblocked,
+// limit or plan changed) is pushed at once and brings the next state read
+// forward.  With no dashboard open it reads nothing.  The blocked list is
+// the client's cache, which every instance keeps from the same event
+// sequence.  Whether the database is
 // reachable (the client's LISTEN session connected and caught up) is pushed
 // as a `database` event when it changes and to every new page: the page
 // shows a banner while it is not.  The rate-limited counts are this
@@ -16,7 +17,7 @@
 // state.
 const { status } = require('./sql/status')
 const { topTenants } = require('./sql/topTenants')
-const { minuteSeries } = require('./sql/minuteSeries')
+const { chartSeries } = require('./sql/chartSeries')
 const { recentEvents } = require('./sql/recentEvents')
 const { json } = require('./http')
 const { SHOWN_KINDS } = require('./kinds')
@@ -44,7 +45,7 @@ function tenantsOf (rows) {
     let t = byTenant.get(r.tenant)
     if (!t) byTenant.set(r.tenant, (t = { tenant: r.tenant, plan: r.plan, meters: [] }))
     t.meters.push({
-      meter: r.meter, used: r.used, quota: r.quota, remaining: r.remaining, ratio: r.ratio,
+      meter: r.meter, aggregation: r.aggregation, unit: r.unit, used: r.used, quota: r.quota, remaining: r.remaining, ratio: r.ratio,
       state: r.state, mode: r.mode, period: r.period, resets_at: r.resets_at
     })
   }
@@ -194,9 +195,9 @@ class LiveFeed {
     }
     for (const [tenant, meter] of pairs) {
       if (this._closed) return
-      let rows
+      let series
       try {
-        rows = await minuteSeries(this._fm.pool, tenant, meter)
+        series = await chartSeries(this._fm.pool, tenant, meter)
       } catch (err) {
         // an unknown meter, a bad tenant id or a tenant never assigned a
         // plan (QT001): tell that page, nothing else
@@ -205,7 +206,8 @@ class LiveFeed {
         this._broadcast('series', text, (c) => c === only || (!only && c.tenant === tenant && c.meter === meter))
         continue
       }
-      const text = json({ tenant, meter, points: rows.map((r) => [r.t, r.used]) })
+      // bucket: 'minute' (the last hour), or 'day' for a unique meter (distinct values per UTC day)
+      const text = json({ tenant, meter, bucket: series.bucket, points: series.points })
       const k = tenant + '\u0000' + meter
       if (only) this._send(only, 'series', text)
       else if (this._series.get(k) !== text) this._broadcast('series', text, (c) => c.tenant === tenant && c.meter === meter)

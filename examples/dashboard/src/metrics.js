@@ -17,7 +17,7 @@ function createMetrics (fm) {
     buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5], registers: [register]
   })
   const usageEvents = new client.Counter({
-    name: 'dashboard_usage_events_total', help: 'POST /api/events outcomes: counted, duplicate, rejected (bad input)', labelNames: ['result'], registers: [register]
+    name: 'dashboard_usage_events_total', help: 'POST /api/events outcomes: counted, duplicate, rejected (bad input); of values: new_value (new in its period), known_value (counted already)', labelNames: ['result'], registers: [register]
   })
   const consumes = new client.Counter({
     name: 'dashboard_consumes_total', help: 'POST /api/consume outcomes: granted, refused, rejected', labelNames: ['result'], registers: [register]

@@ -19,7 +19,12 @@ before(async () => {
     -- a rate limit and no quota: 5 calls a minute (bursts of 5); eager has its own
     SELECT flagmeter.define_plan('throttled'), flagmeter.set_rate_limit('throttled', 'api_calls', 5, '1 minute');
     SELECT flagmeter.assign_plan(t, 'throttled') FROM unnest(ARRAY['hasty', 'eager']) t;
-    SELECT flagmeter.override_rate_limit('eager', 'api_calls', 2, '1 second', 4);`)
+    SELECT flagmeter.override_rate_limit('eager', 'api_calls', 2, '1 second', 4);
+    -- distinct values: 3 active users a month (hard); u5 may add one an hour
+    SELECT flagmeter.define_meter('active_users', 'unique', 'active users');
+    SELECT flagmeter.define_plan('users'), flagmeter.set_limit('users', 'active_users', 3, 'month', 'hard');
+    SELECT flagmeter.assign_plan(t, 'users') FROM unnest(ARRAY['u1', 'u2', 'u3', 'u4', 'u5']) t;
+    SELECT flagmeter.override_rate_limit('u5', 'active_users', 1, '1 hour');`)
   ;[a, b] = await Promise.all([startApp(db, null), startApp(db, null)])
 })
 after(async () => {
@@ -232,7 +237,7 @@ test('GET /api/usage/:tenant: every meter, limited or not', async () => {
   const r = await call(`${b.url}/api/usage/globex`)
   assert.equal(r.status, 200)
   assert.equal(r.body.plan, 'free')
-  assert.deepEqual(r.body.meters.map((m) => m.meter), ['api_calls', 'storage', 'tokens'])
+  assert.deepEqual(r.body.meters.map((m) => m.meter), ['active_users', 'api_calls', 'storage', 'tokens'])
   const storage = r.body.meters.find((m) => m.meter === 'storage')
   assert.deepEqual([storage.used, storage.quota, storage.remaining, storage.state, storage.resets_at], [42, null, null, 'ok', null])
   const calls = r.body.meters.find((m) => m.meter === 'api_calls')
@@ -247,6 +252,119 @@ test('GET /api/usage/:tenant: every meter, limited or not', async () => {
   assert.match(stranger.body.error, /tenant "nobody" is not assigned a plan/)
 })
 
+test('value events through two instances: each distinct value counted once per period, never refused', async () => {
+  const post = (app, value) => call(`${app.url}/api/events`, 'POST', { tenant: 'u1', meter: 'active_users', value })
+  const series = 'dashboard_usage_events_total{result="new_value"}'
+  const before = await Promise.all([a, b].map((app) => metric(app, series)))
+  // one after another: new, new, then counted already
+  assert.deepEqual((await post(a, 'ann')).body, { counted: true, new: true })
+  assert.deepEqual((await post(b, 'bob')).body, { counted: true, new: true })
+  assert.deepEqual((await post(b, 'ann')).body, { counted: true, new: false })
+  // five more values, each sent four times at once through both instances:
+  // each is new exactly once, whichever request commits first
+  const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => post(i % 2 ? a : b, `v${i % 5}`)))
+  assert.deepEqual(answers.map((r) => r.status), Array(20).fill(200))
+  for (let v = 0; v < 5; v++) {
+    assert.equal(answers.filter((r, i) => i % 5 === v && r.body.new).length, 1, `v${v} new once`)
+  }
+  // 7 distinct values past a hard quota of 3: tracking is never refused; durable when answered
+  assert.equal(Number(await scalar("SELECT used FROM flagmeter.status WHERE tenant = 'u1' AND meter = 'active_users'")), 7)
+  const usage = await call(`${b.url}/api/usage/u1`)
+  const users = usage.body.meters.find((m) => m.meter === 'active_users')
+  assert.deepEqual([users.aggregation, users.unit, users.used, users.quota, users.remaining, users.state],
+    ['unique', 'active users', 7, 3, 0, 'exceeded'])
+  const after = await Promise.all([a, b].map((app) => metric(app, series)))
+  assert.equal(after[0] + after[1] - before[0] - before[1], 7)
+  // the dashboard's state says what the meter counts
+  const state = await call(`${a.url}/api/state`)
+  const shown = state.body.tenants.find((t) => t.tenant === 'u1').meters.find((m) => m.meter === 'active_users')
+  assert.deepEqual([shown.aggregation, shown.unit, shown.used], ['unique', 'active users', 7])
+})
+
+test('bad value input: 400 with a clear message, nothing written', async () => {
+  const cases = [
+    [{ tenant: 'u3', meter: 'active_users', value: '' }, /value must be a non-empty string/],
+    [{ tenant: 'u3', meter: 'active_users', value: 42 }, /value must be a non-empty string/],
+    [{ tenant: 'u3', meter: 'active_users', value: null }, /value must be a non-empty string/],
+    [{ tenant: 'u3', meter: 'active_users', value: 'ann', amount: 1 }, /an amount or a value, not both/],
+    [{ tenant: 'u3', meter: 'active_users', value: 'ann', id: 'k1' }, /a value takes no id/],
+    [{ meter: 'active_users', value: 'ann' }, /tenant is required/],
+    [{ tenant: 'u3', meter: 'active_users', value: 'x'.repeat(1025) }, /value is too long: 1025 bytes/, '22001'],
+    [{ tenant: 'u3', meter: 'tokens', value: 'ann' }, /meter "tokens" does not count distinct values/, '42809'],
+    [{ tenant: 'u3', meter: 'active_users', amount: 1 }, /meter "active_users" counts distinct values, not amounts/, '42809'],
+    [{ tenant: 'u3', meter: 'active_users' }, /meter "active_users" counts distinct values, not amounts/, '42809'],
+    [{ tenant: 'u3', meter: 'nope', value: 'ann' }, /meter "nope" does not exist/, '42704'],
+    [{ tenant: 'stranger', meter: 'active_users', value: 'ann' }, /tenant "stranger" is not assigned a plan/, 'QT001']
+  ]
+  for (const path of ['/api/events', '/api/consume']) {
+    for (const [k, [body, message, sqlstate]] of cases.entries()) {
+      const r = await call(`${(k % 2 ? a : b).url}${path}`, 'POST', body)
+      const what = `${path} ${JSON.stringify(body).slice(0, 80)}`
+      assert.equal(r.status, 400, what)
+      assert.match(r.body.error, message, what)
+      assert.equal(r.body.sqlstate, sqlstate, what)
+    }
+  }
+  // a value of 1024 bytes is fine
+  assert.equal((await call(`${a.url}/api/events`, 'POST', { tenant: 'u4', meter: 'active_users', value: 'é'.repeat(512) })).status, 200)
+  assert.equal(Number(await scalar("SELECT count(*) FROM flagmeter.unique_values WHERE tenant IN ('u3', 'stranger')")), 0)
+  assert.equal(Number(await scalar("SELECT count(*) FROM flagmeter.events WHERE tenant IN ('u3', 'stranger')")), 0)
+})
+
+test('consume with a value: granted while one more fits or when counted already, 429 at the hard limit', async () => {
+  // ten new values at once through both instances against a quota of 3
+  const answers = await Promise.all(Array.from({ length: 10 }, (_, i) =>
+    call(`${(i % 2 ? a : b).url}/api/consume`, 'POST', { tenant: 'u2', meter: 'active_users', value: `user${i}` })))
+  const granted = answers.filter((r) => r.status === 200)
+  const refused = answers.filter((r) => r.status === 429)
+  assert.equal(granted.length, 3)
+  assert.equal(refused.length, 7)
+  assert.deepEqual(granted.map((r) => Number(r.headers.get('x-ratelimit-remaining'))).sort(), [0, 1, 2])
+  const resets = await scalar("SELECT ceil(extract(epoch FROM period_end))::bigint FROM flagmeter.status WHERE tenant = 'u2' AND meter = 'active_users'")
+  for (const r of refused) {
+    // the same answer as a consume of an amount refused for its quota
+    assert.equal(r.body.error, 'quota exceeded')
+    assert.equal(r.body.reason, 'quota_exceeded')
+    assert.equal(r.body.granted, false)
+    assert.deepEqual([r.body.used, r.body.quota, r.body.remaining, r.body.meter], [3, 3, 0, 'active_users'])
+    assert.equal(r.headers.get('x-ratelimit-limit'), '3')
+    assert.equal(r.headers.get('x-ratelimit-remaining'), '0')
+    assert.equal(r.headers.get('x-ratelimit-reset'), String(resets))
+    assert.ok(Number(r.headers.get('retry-after')) > 0)
+    assert.equal(r.headers.get('ratelimit'), null)
+  }
+  // a value counted already is granted at the limit, and counts nothing more
+  const value = `user${answers.indexOf(granted[0])}`
+  const again = await call(`${a.url}/api/consume`, 'POST', { tenant: 'u2', meter: 'active_users', value })
+  assert.equal(again.status, 200)
+  assert.deepEqual([again.body.granted, again.body.used, again.body.remaining], [true, 3, 0])
+  // a refused value was not recorded: refused again
+  const refusedValue = `user${answers.indexOf(refused[0])}`
+  assert.equal((await call(`${b.url}/api/consume`, 'POST', { tenant: 'u2', meter: 'active_users', value: refusedValue })).status, 429)
+  assert.equal(Number(await scalar("SELECT used FROM flagmeter.status WHERE tenant = 'u2' AND meter = 'active_users'")), 3)
+  assert.equal(Number(await scalar("SELECT count(*) FROM flagmeter.unique_values WHERE tenant = 'u2'")), 3)
+})
+
+test('consume with a value past the rate limit: 429 with Retry-After, RateLimit-Policy and RateLimit', async () => {
+  const first = await call(`${a.url}/api/consume`, 'POST', { tenant: 'u5', meter: 'active_users', value: 'ann' })
+  assert.equal(first.status, 200)
+  const r = await call(`${b.url}/api/consume`, 'POST', { tenant: 'u5', meter: 'active_users', value: 'bob' })
+  assert.equal(r.status, 429)
+  assert.equal(r.body.error, 'rate limited')
+  assert.equal(r.body.reason, 'rate_limited')
+  assert.ok(r.body.retry_after_ms > 0 && r.body.retry_after_ms <= 3600000, `retry_after_ms: ${r.body.retry_after_ms}`)
+  const retryAfter = r.headers.get('retry-after')
+  assert.equal(retryAfter, String(Math.ceil(r.body.retry_after_ms / 1000)))
+  assert.equal(r.headers.get('ratelimit-policy'), '"default";q=1;w=3600')
+  assert.equal(r.headers.get('ratelimit'), `"default";r=0;t=${retryAfter}`)
+  // the quota's figures, unchanged
+  assert.equal(r.headers.get('x-ratelimit-limit'), '3')
+  assert.equal(r.headers.get('x-ratelimit-remaining'), '2')
+  // a value counted already spends nothing of the rate
+  assert.equal((await call(`${b.url}/api/consume`, 'POST', { tenant: 'u5', meter: 'active_users', value: 'ann' })).status, 200)
+  assert.equal(Number(await scalar("SELECT used FROM flagmeter.status WHERE tenant = 'u5' AND meter = 'active_users'")), 1)
+})
+
 test('/metrics: requests, latency, batches, events', async () => {
   const res = await fetch(`${a.url}/metrics`)
   assert.equal(res.status, 200)
@@ -258,7 +376,10 @@ test('/metrics: requests, latency, batches, events', async () => {
   const calls = Number(/^flagmeter_client_calls_total\{kind="track"\} (\d+)/m.exec(text)[1])
   assert.ok(batches >= 1 && batches <= calls, `${calls} calls in ${batches} batches`)
   assert.match(text, /^dashboard_usage_events_total\{result="counted"\} \d+/m)
-  assert.match(text, /^dashboard_quota_events_total\{kind="blocked"\} 1$/m)
+  // once each: acme on api_calls, u1 (by tracking) and u2 (by consuming) on active_users
+  assert.match(text, /^dashboard_quota_events_total\{kind="blocked"\} 3$/m)
+  assert.match(text, /^dashboard_usage_events_total\{result="new_value"\} [1-9]\d*$/m)
+  assert.match(text, /^dashboard_usage_events_total\{result="known_value"\} [1-9]\d*$/m)
   assert.match(text, /^dashboard_consume_refusals_total\{reason="quota_exceeded"\} [1-9]\d*$/m)
   assert.match(text, /^dashboard_consume_refusals_total\{reason="rate_limited"\} [1-9]\d*$/m)
 })

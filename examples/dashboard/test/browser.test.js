@@ -2,7 +2,8 @@
 // The dashboard in a real browser: Debian's chromium, driven by
 // playwright-core (no browser download).  Loads /, drives usage through the
 // API, and checks that the quota bars, the blocked list, the rate-limited
-// counts and the live chart change without a reload.  The screenshot is kept in test/output/ (or
+// counts and the live chart change without a reload; and that a unique
+// meter shows its distinct count, its quota and its values per day.  The screenshot is kept in test/output/ (or
 // $DASHBOARD_TEST_OUTPUT).
 const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
@@ -42,7 +43,10 @@ before(async () => {
         (SELECT array_agg(now() - i * interval '1 minute') FROM generate_series(1, 40) i));
     SELECT flagmeter.track('initech', 'tokens', 4200), flagmeter.track('initech', 'api_calls', 3);
     -- initech: one API call an hour, so that its second is refused for its rate
-    SELECT flagmeter.override_rate_limit('initech', 'api_calls', 1, '1 hour');`)
+    SELECT flagmeter.override_rate_limit('initech', 'api_calls', 1, '1 hour');
+    -- distinct values: active users, 3 a month on the free plan (hard)
+    SELECT flagmeter.define_meter('users', 'unique', 'active users');
+    SELECT flagmeter.set_limit('free', 'users', 3, 'month', 'hard'), flagmeter.set_limit('pro', 'users', 100, 'month', 'hard');`)
   app = await startApp(db, null, { DASHBOARD_STATE_MS: '300', DASHBOARD_SERIES_MS: '500' })
   const { chromium } = require('playwright-core')
   userDir = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'fm-dash-chromium-'))
@@ -122,6 +126,65 @@ test('bars, blocked list, rate-limited counts and chart change live, without a r
 
   fs.mkdirSync(OUTPUT, { recursive: true })
   const shot = path.join(OUTPUT, 'dashboard.png')
+  await page.screenshot({ path: shot, fullPage: true })
+  console.log(`# screenshot: ${shot}`)
+  await page.close()
+})
+
+test('a unique meter: its distinct count against its quota, and distinct values per day', async () => {
+  const page = await browser.newPage()
+  const errors = []
+  page.on('pageerror', (err) => errors.push(err.message))
+  await page.goto(app.url + '/')
+  const users = 'tr[data-tenant="acme"] .bar[data-meter="users"]'
+  await page.waitForSelector(`${users}[data-used="0"][data-aggregation="unique"]`)
+
+  // value events through the API: ann, bob, and ann again (counted once)
+  const seen = []
+  for (const value of ['ann', 'bob', 'ann']) seen.push((await call(`${app.url}/api/events`, 'POST', { tenant: 'acme', meter: 'users', value })).body.new)
+  assert.deepEqual(seen, [true, true, false])
+  await page.waitForSelector(`${users}[data-used="2"]`, { timeout: 15000 })
+  assert.equal(await page.textContent(`${users} .figures`), '2 / 3 active users · 67 %')
+
+  // consume with values: cy fits, dee is refused at the hard limit, ann is counted already
+  const cy = await call(`${app.url}/api/consume`, 'POST', { tenant: 'acme', meter: 'users', value: 'cy' })
+  const dee = await call(`${app.url}/api/consume`, 'POST', { tenant: 'acme', meter: 'users', value: 'dee' })
+  const ann = await call(`${app.url}/api/consume`, 'POST', { tenant: 'acme', meter: 'users', value: 'ann' })
+  assert.deepEqual([cy.status, dee.status, dee.body.reason, ann.status], [200, 429, 'quota_exceeded', 200])
+  await page.waitForSelector(`${users}[data-used="3"][data-state="exceeded"]`, { timeout: 15000 })
+  assert.equal(await page.textContent(`${users} .figures`), '3 / 3 active users · 100 %')
+  await page.waitForSelector('#blocked li[data-tenant="acme"][data-meter="users"]', { timeout: 15000 })
+
+  // the chart of a unique meter: distinct values per UTC day over 30 days, not a sum
+  await page.selectOption('#tenant-select', 'acme')
+  await page.selectOption('#meter-select', 'users')
+  await page.waitForFunction(() => document.querySelector('#chart').dataset.today === '3', null, { timeout: 15000 })
+  assert.equal(await page.getAttribute('#chart', 'data-bucket'), 'day')
+  assert.equal(await page.getAttribute('#chart', 'data-total'), null)
+  assert.equal(await page.textContent('#chart-title'), 'Last 30 days, distinct per day (UTC)')
+  assert.equal(await page.textContent('#chart-total'), '3 active users today')
+  const points = await page.evaluate(() => window.dashboard.series.points)
+  assert.equal(points.length, 30)
+  assert.deepEqual(points.slice(0, -1).map((p) => Number(p[1])), Array(29).fill(0))
+  assert.equal(await page.evaluate(() => window.dashboard.chart.series[1].label), 'users: active users per day')
+  // one more active user on globex's chart, live
+  await call(`${app.url}/api/events`, 'POST', { tenant: 'globex', meter: 'users', value: 'eve' })
+  await page.selectOption('#tenant-select', 'globex')
+  await page.waitForFunction(() => document.querySelector('#chart').dataset.today === '1', null, { timeout: 15000 })
+  await call(`${app.url}/api/events`, 'POST', { tenant: 'globex', meter: 'users', value: 'fay' })
+  await page.waitForFunction(() => document.querySelector('#chart').dataset.today === '2', null, { timeout: 15000 })
+
+  // back to a meter that sums: per minute again
+  await page.selectOption('#meter-select', 'tokens')
+  await page.waitForFunction(() => document.querySelector('#chart').dataset.bucket === 'minute', null, { timeout: 15000 })
+  assert.equal(await page.textContent('#chart-title'), 'Last hour, per minute')
+  assert.equal(await page.getAttribute('#chart', 'data-today'), null)
+  assert.deepEqual(errors, [])
+
+  fs.mkdirSync(OUTPUT, { recursive: true })
+  await page.selectOption('#meter-select', 'users')
+  await page.waitForFunction(() => document.querySelector('#chart').dataset.bucket === 'day', null, { timeout: 15000 })
+  const shot = path.join(OUTPUT, 'dashboard-unique.png')
   await page.screenshot({ path: shot, fullPage: true })
   console.log(`# screenshot: ${shot}`)
   await page.close()

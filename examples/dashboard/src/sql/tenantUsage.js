@@ -1,11 +1,12 @@
 'use strict'
 // GET /api/usage/:tenant: every meter, limited or not.  Limited meters come
 // from flagmeter.status; the others have no quota and count in calendar
-// months (README, "Concepts"), read with flagmeter.usage.
+// months (README, "Concepts"), read with flagmeter.usage.  A unique
+// meter's used is its number of distinct values.
 const { types } = require('./types')
 
 const text = `
-SELECT m.meter, t.plan,
+SELECT m.meter, m.aggregation, m.unit, t.plan,
        COALESCE(s.used, flagmeter.used_by(flagmeter.usage($1, m.meter), m.aggregation)) AS used,
        s.quota, s.remaining, COALESCE(s.state, 'ok') AS state, s.mode, s.period,
        s.period_end AS resets_at
