@@ -60,6 +60,22 @@ static FmStatement remove_value_stmt = {
 	4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, UUIDOID}
 };
 
+/*
+ * track_value's writes in one statement (one executor start, not two):
+ * the set's row and the day's sighting, each skipped when it is there; one
+ * row processed when the value is new in the period.
+ */
+static FmStatement add_and_sight_value_stmt = {
+	"WITH sighting AS ("
+	"  INSERT INTO flagmeter.value_sightings (tenant, meter, day, period_start, value_hash)"
+	"  VALUES ($1, $2, $7, $3, $4) ON CONFLICT DO NOTHING"
+	") "
+	"INSERT INTO flagmeter.unique_values"
+	" (tenant, meter, period_start, value_hash, counted_at, period_end)"
+	" VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+	7, {TEXTOID, TEXTOID, TIMESTAMPTZOID, UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID, DATEOID}
+};
+
 static FmStatement value_counted_stmt = {
 	"SELECT FROM flagmeter.unique_values"
 	" WHERE tenant" FM_EQ "$1 AND meter" FM_EQ "$2 AND period_start" FM_EQ "$3"
@@ -69,8 +85,8 @@ static FmStatement value_counted_stmt = {
 
 static FmStatement sight_value_stmt = {
 	"INSERT INTO flagmeter.value_sightings (tenant, meter, day, period_start, value_hash)"
-	" VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-	5, {TEXTOID, TEXTOID, DATEOID, TIMESTAMPTZOID, UUIDOID}
+	" VALUES ($1, $2, $5, $3, $4) ON CONFLICT DO NOTHING",
+	5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, UUIDOID, DATEOID}
 };
 
 /* One call's value, where it is counted and when. */
@@ -159,19 +175,47 @@ start_value_call(FunctionCallInfo fcinfo, ValueCall *call, TimestampTz at)
 					 &call->period_start, &call->period_end);
 }
 
+/* $1 .. $4 of the statements on a value: tenant, meter, period, hash */
+static void
+value_args(const ValueCall *call, Datum *args)
+{
+	args[0] = CStringGetTextDatum(call->tenant);
+	args[1] = CStringGetTextDatum(call->meter);
+	args[2] = TimestampTzGetDatum(call->period_start);
+	args[3] = UUIDPGetDatum(&call->hash);
+}
+
+/* The UTC day of the call's time, which a sighting is kept under. */
+static DateADT
+call_day(const ValueCall *call)
+{
+	return (DateADT) (call->at / USECS_PER_DAY - (call->at % USECS_PER_DAY < 0 ? 1 : 0));
+}
+
 /* Add the value to its period's set: true when it was not in it. */
 static bool
 add_value(const ValueCall *call)
 {
 	Datum		args[6];
 
-	args[0] = CStringGetTextDatum(call->tenant);
-	args[1] = CStringGetTextDatum(call->meter);
-	args[2] = TimestampTzGetDatum(call->period_start);
-	args[3] = UUIDPGetDatum(&call->hash);
+	value_args(call, args);
 	args[4] = TimestampTzGetDatum(call->at);
 	args[5] = TimestampTzGetDatum(call->period_end);
 	fm_execute(&add_value_stmt, args, NULL, false, 0);
+	return SPI_processed == 1;
+}
+
+/* add_value, and the sighting of sight_value in the same statement */
+static bool
+add_and_sight_value(const ValueCall *call)
+{
+	Datum		args[7];
+
+	value_args(call, args);
+	args[4] = TimestampTzGetDatum(call->at);
+	args[5] = TimestampTzGetDatum(call->period_end);
+	args[6] = DateADTGetDatum(call_day(call));
+	fm_execute(&add_and_sight_value_stmt, args, NULL, false, 0);
 	return SPI_processed == 1;
 }
 
@@ -185,10 +229,7 @@ remove_value(const ValueCall *call, TimestampTz *counted_at)
 	Datum		args[4];
 	bool		isnull;
 
-	args[0] = CStringGetTextDatum(call->tenant);
-	args[1] = CStringGetTextDatum(call->meter);
-	args[2] = TimestampTzGetDatum(call->period_start);
-	args[3] = UUIDPGetDatum(&call->hash);
+	value_args(call, args);
 	fm_execute(&remove_value_stmt, args, NULL, false, 0);
 	if (SPI_processed == 0)
 		return false;
@@ -202,14 +243,9 @@ static void
 sight_value(const ValueCall *call)
 {
 	Datum		args[5];
-	DateADT		day;
 
-	day = (DateADT) (call->at / USECS_PER_DAY - (call->at % USECS_PER_DAY < 0 ? 1 : 0));
-	args[0] = CStringGetTextDatum(call->tenant);
-	args[1] = CStringGetTextDatum(call->meter);
-	args[2] = DateADTGetDatum(day);
-	args[3] = TimestampTzGetDatum(call->period_start);
-	args[4] = UUIDPGetDatum(&call->hash);
+	value_args(call, args);
+	args[4] = DateADTGetDatum(call_day(call));
 	fm_execute(&sight_value_stmt, args, NULL, false, 0);
 }
 
@@ -219,10 +255,7 @@ value_counted(const ValueCall *call)
 {
 	Datum		args[4];
 
-	args[0] = CStringGetTextDatum(call->tenant);
-	args[1] = CStringGetTextDatum(call->meter);
-	args[2] = TimestampTzGetDatum(call->period_start);
-	args[3] = UUIDPGetDatum(&call->hash);
+	value_args(call, args);
 	fm_execute(&value_counted_stmt, args, NULL, false, 1);
 	return SPI_processed == 1;
 }
@@ -265,10 +298,9 @@ fm_track_value(PG_FUNCTION_ARGS)
 
 	start_value_call(fcinfo, &call, fm_arg_timestamp(fcinfo, 3, "occurred_at"));
 	fm_check_event_time(call.tenant, call.meter, call.at);
-	added = add_value(&call);
+	added = add_and_sight_value(&call);
 	if (added)
 		fm_track_new_value(call.tenant, call.meter, call.at);
-	sight_value(&call);
 	SPI_finish();
 	PG_RETURN_BOOL(added);
 }
