@@ -131,7 +131,15 @@ unique_measure() {
 		echo "    -- $setup"
 		[[ $setup == preloaded ]] || unique_preload off
 		measure "$wl.$setup" "$CLIENTS" prepared 0 "$@"
-		[[ $setup == preloaded ]] || unique_preload on
+		if [[ $setup == preloaded ]]; then
+			# where the limits came from (the cache is empty again after
+			# the restarts)
+			echo "    $(psql_q "SELECT COALESCE(format('shared limit cache: %s hits, %s loads since start',
+			                                         hits, loads), 'no shared limit cache')
+			                  FROM flagmeter.shared_limit_cache()")"
+		else
+			unique_preload on
+		fi
 	done
 }
 
@@ -157,7 +165,7 @@ bytes_per() {
 }
 
 wl_track_value() {
-	local before after values events peer_values fm_bytes peer_bytes note cache
+	local before after values events peer_values fm_bytes peer_bytes note
 	unique_setup
 	script fm_track_value <<EOF
 \set t random(1, $TENANTS)
@@ -220,10 +228,6 @@ EOF
 	emit_row track_value - B/value "$(bytes_per "$fm_bytes" "$values")" - "(tenant, period, value) table" \
 		"$(bytes_per "$peer_bytes" "$peer_values")" - "$(ratio "$(bytes_per "$fm_bytes" "$values")" "$(bytes_per "$peer_bytes" "$peer_values")")" \
 		"none (information)" - "$note"
-	cache=$(psql_q "SELECT COALESCE(format('shared limit cache: %s entries of %s, %s not stored',
-	                                       entries, capacity, not_stored), 'no shared limit cache')
-	                FROM flagmeter.shared_limit_cache()")
-	echo "    $cache"
 }
 
 wl_check_unique() {
