@@ -37,8 +37,8 @@
 //
 // One call's bad input must not fail its neighbours: a group refused with
 // an error about one call's input (a tenant never assigned a plan, an event
-// time outside the window, an unknown meter, an amount that overflows:
-// PER_CALL below) wrote nothing, so it is split in two halves, sent again
+// time outside the window, an unknown meter, a meter of the wrong kind, an
+// amount that overflows: PER_CALL below) wrote nothing, so it is split in two halves, sent again
 // before the queue, and split again until the calls whose input was
 // refused fail alone, with their own error (about 2 log2(n) attempts for
 // one bad call in a group of n).  An error that would meet every call
@@ -54,10 +54,12 @@ const { DEFAULTS } = require('./defaults')
 
 // SQLSTATEs that refuse one call's input rather than the group: data
 // exceptions (22), a key recorded by another call (23505), an unknown or
-// badly named meter (42704, 42602), too many meters (54000), a key never
-// recorded (P0002), and flagmeter's own class QT (QT001 a tenant never
-// assigned a plan, QT002 an event time outside the window).
-const PER_CALL = /^(22|23505|42704|42602|54000|P0002|QT)/
+// badly named meter (42704, 42602), a meter of the wrong kind for the call
+// (42809: a value on a meter that does not count distinct values, an
+// amount on one that does), too many meters (54000), a key never recorded
+// (P0002), and flagmeter's own class QT (QT001 a tenant never assigned a
+// plan, QT002 an event time outside the window).
+const PER_CALL = /^(22|23505|42704|42602|42809|54000|P0002|QT)/
 
 /** @typedef {import('./outcome').Failure} Failure */
 /**

@@ -8,6 +8,7 @@ const { checkAmount } = require('./numbers')
 const { trackEvents } = require('./sql/trackEvents')
 const { consumeBatch } = require('./sql/consumeBatch')
 const { limitBatch } = require('./sql/limitBatch')
+const { trackValues, consumeValues, forgetValues } = require('./sql/uniqueValues')
 
 /** @typedef {import('./interfaces').Int} Int */
 /** @typedef {import('./interfaces').Decision} Decision */
@@ -15,6 +16,7 @@ const { limitBatch } = require('./sql/limitBatch')
 /** @typedef {{ tenant: string, meters: string[], amounts: Int[], key: string | null, multi: boolean }} ConsumeCall */
 /** @typedef {{ tenant: string, meter: string, amount: Int, ttl: string | null, key: string | null }} ReserveCall */
 /** @typedef {{ key: string, rate: Int, per: string, burst: Int | null, cost: Int | null }} RateLimitCall */
+/** @typedef {{ tenant: string, meter: string, value: string, occurredAt: Date | null }} ValueCall */
 
 /**
  * @param {unknown} value
@@ -262,6 +264,25 @@ function rateLimitCall (key, options) {
 }
 
 /**
+ * The answers of a group's statement, one per call in the calls' order:
+ * row.item (1-based) says whose each row is.
+ * @template {{ item: number }} Row
+ * @template Result
+ * @param {Row[]} rows
+ * @param {number} n  calls in the group
+ * @param {string} what  the statement, for the error
+ * @param {(row: Row) => Result} answer
+ * @returns {Result[]}
+ */
+function byItem (rows, n, what, answer) {
+  if (rows.length !== n) throw new Error(`flagmeter: ${what} answered ${rows.length} of ${n} calls`)
+  /** @type {Result[]} */
+  const out = new Array(n)
+  for (const row of rows) out[row.item - 1] = answer(row)
+  return out
+}
+
+/**
  * Run a group of rate limit calls; one RateDecision per call.
  * @param {import('pg').ClientBase} db
  * @param {RateLimitCall[]} calls
@@ -270,18 +291,73 @@ function rateLimitCall (key, options) {
 async function runRateLimitGroup (db, calls) {
   const rows = await limitBatch(db, calls.map((c) => c.key), calls.map((c) => c.rate), calls.map((c) => c.per),
     calls.map((c) => c.burst), calls.map((c) => c.cost))
-  if (rows.length !== calls.length) throw new Error(`flagmeter: limit_batch answered ${rows.length} of ${calls.length} calls`)
-  /** @type {import('./interfaces').RateDecision[]} */
-  const byItem = new Array(calls.length)
-  for (const row of rows) {
-    byItem[row.item - 1] = {
-      allowed: row.allowed,
-      remaining: row.remaining,
-      retryAfterMs: row.retry_after_ms,
-      resetAfterMs: row.reset_after_ms
-    }
+  return byItem(rows, calls.length, 'limit_batch', (row) => ({
+    allowed: row.allowed,
+    remaining: row.remaining,
+    retryAfterMs: row.retry_after_ms,
+    resetAfterMs: row.reset_after_ms
+  }))
+}
+
+/**
+ * A value call of a unique meter (trackValue, consumeValue, forgetValue),
+ * checked: { tenant, meter, value, occurredAt }.  A value is a non-empty
+ * string; its length in bytes (at most 1024) is the server's to judge
+ * (22001), and a call refused for it fails alone (src/batcher.js).
+ * @param {unknown} tenant
+ * @param {unknown} meter
+ * @param {unknown} value
+ * @param {import('./interfaces').TrackValueOptions} [options]  trackValue's
+ * @returns {ValueCall}
+ */
+function valueCall (tenant, meter, value, options = {}) {
+  return {
+    tenant: checkName(tenant, 'tenant'),
+    meter: checkName(meter, 'meter'),
+    value: checkName(value, 'value'),
+    occurredAt: checkDate(options.occurredAt)
   }
-  return byItem
+}
+
+/**
+ * A group's arrays of tenants, meters and values.
+ * @param {ValueCall[]} calls
+ * @returns {[string[], string[], string[]]}
+ */
+function valueArrays (calls) {
+  return [calls.map((c) => c.tenant), calls.map((c) => c.meter), calls.map((c) => c.value)]
+}
+
+/**
+ * Run a group of trackValue calls; per call, whether its value was new in its period.
+ * @param {import('pg').ClientBase} db
+ * @param {ValueCall[]} calls
+ * @returns {Promise<boolean[]>}
+ */
+async function runTrackValueGroup (db, calls) {
+  const occurred = calls.map((c) => c.occurredAt)
+  const rows = await trackValues(db, ...valueArrays(calls), allNull(occurred) ? null : occurred)
+  return byItem(rows, calls.length, 'track_value', (row) => row.added)
+}
+
+/**
+ * Run a group of consumeValue calls; one Decision per call.
+ * @param {import('pg').ClientBase} db
+ * @param {ValueCall[]} calls
+ * @returns {Promise<Decision[]>}
+ */
+async function runConsumeValueGroup (db, calls) {
+  return byItem(await consumeValues(db, ...valueArrays(calls)), calls.length, 'consume_value', decision)
+}
+
+/**
+ * Run a group of forgetValue calls; per call, whether its value was counted (and is freed).
+ * @param {import('pg').ClientBase} db
+ * @param {ValueCall[]} calls
+ * @returns {Promise<boolean[]>}
+ */
+async function runForgetValueGroup (db, calls) {
+  return byItem(await forgetValues(db, ...valueArrays(calls)), calls.length, 'forget_value', (row) => row.forgotten)
 }
 
 module.exports = {
@@ -295,6 +371,10 @@ module.exports = {
   runConsumeGroup,
   rateLimitCall,
   runRateLimitGroup,
+  valueCall,
+  runTrackValueGroup,
+  runConsumeValueGroup,
+  runForgetValueGroup,
   checkName,
   checkAmount,
   checkKey,

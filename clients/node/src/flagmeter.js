@@ -2,8 +2,9 @@
 // FlagMeter: the client an app instance keeps for its life.  It wires the
 // pieces together and owns what it opened:
 //   - the request path: a pg Pool (the app's, or one it creates), used by
-//     three Batchers, one for track, one for consume and one for rateLimit
-//     (src/batcher.js), and by check and transaction();
+//     a Batcher per kind of grouped call: track, consume, rateLimit and the
+//     value calls of unique meters, trackValue, consumeValue and
+//     forgetValue (src/batcher.js), and by check and transaction();
 //   - the event streams, one per shard (one without sharding): each a
 //     connection of its own for LISTEN, its catch-up and the QuotaCache it
 //     keeps (src/event_stream.js, src/cache.js); with one database, also
@@ -92,6 +93,21 @@ class Transaction {
     const c = calls.consumeCall(tenant, meter, amount, options)
     if (!c.multi) return calls.decision(await consume(this.client, c.tenant, c.meters[0], c.amounts[0], c.key))
     return (await consumeMeters(this.client, c.tenant, c.meters, c.amounts, c.key)).map(calls.decision)
+  }
+
+  /** @type {PublishedTransaction['trackValue']} */
+  async trackValue (tenant, meter, value, options = {}) {
+    return (await calls.runTrackValueGroup(this.client, [calls.valueCall(tenant, meter, value, options)]))[0]
+  }
+
+  /** @type {PublishedTransaction['consumeValue']} */
+  async consumeValue (tenant, meter, value) {
+    return (await calls.runConsumeValueGroup(this.client, [calls.valueCall(tenant, meter, value)]))[0]
+  }
+
+  /** @type {PublishedTransaction['forgetValue']} */
+  async forgetValue (tenant, meter, value) {
+    return (await calls.runForgetValueGroup(this.client, [calls.valueCall(tenant, meter, value)]))[0]
   }
 
   /** @type {PublishedTransaction['check']} */
@@ -237,6 +253,45 @@ class FlagMeter extends EventEmitter {
       run: (/** @type {import('./calls').RateLimitCall[]} */ group, deadline) =>
         this._path.attempt((db) => calls.runRateLimitGroup(db, group), deadline, spendingOutcomeOf)
     })
+    // The value calls of unique meters have no idempotency key.  A value is
+    // counted once per period however often it is seen, so trackValue is
+    // sent again after an unknown outcome, as a keyed track is: the value
+    // is in its period's set once, and an attempt after one that did
+    // commit answers false (not new), as a keyed track answers counted:
+    // false.  consumeValue and forgetValue are not, as consume without a
+    // key is not: between the attempts another call may have forgotten or
+    // counted the same value, and the second attempt would then take a
+    // seat, or free one, that the first did not; they fail with the
+    // unknown error, and the app decides (a check, or the call again).
+    // All three are transactional (the tenant's rate limit of consumeValue
+    // as consume's): an ERROR rolled back what they wrote.
+    /** @type {Batcher<import('./calls').ValueCall, boolean>} */
+    this._trackValues = new Batcher({
+      ...batching,
+      canRetryUnknown: () => true,
+      run: (/** @type {import('./calls').ValueCall[]} */ group, deadline) => this._path.attempt((db) => calls.runTrackValueGroup(db, group), deadline)
+    })
+    /** @type {Batcher<import('./calls').ValueCall, Decision>} */
+    this._consumeValues = new Batcher({
+      ...batching,
+      canRetryUnknown: () => false,
+      run: (/** @type {import('./calls').ValueCall[]} */ group, deadline) => this._path.attempt((db) => calls.runConsumeValueGroup(db, group), deadline)
+    })
+    /** @type {Batcher<import('./calls').ValueCall, boolean>} */
+    this._forgetValues = new Batcher({
+      ...batching,
+      canRetryUnknown: () => false,
+      run: (/** @type {import('./calls').ValueCall[]} */ group, deadline) => this._path.attempt((db) => calls.runForgetValueGroup(db, group), deadline)
+    })
+    /** Every batcher, by its name in stats(). */
+    this._batchers = {
+      track: this._tracks,
+      consume: this._consumes,
+      rateLimit: this._rateLimits,
+      trackValue: this._trackValues,
+      consumeValue: this._consumeValues,
+      forgetValue: this._forgetValues
+    }
     // One stream and one cache per shard: a shard's versions order only its
     // own events, and its tenants are on no other shard.
     const listens = listenConfigs(options)
@@ -369,6 +424,35 @@ class FlagMeter extends EventEmitter {
    */
   rateLimit (key, options) {
     return this._push(this._rateLimits, () => calls.rateLimitCall(key, options))
+  }
+
+  /**
+   * Records that value was seen on a unique meter (flagmeter.track_value):
+   * true when it was new in its period.  Never refused by the limit.
+   * Grouped: concurrent calls go as one statement, answered in order.
+   * @type {PublishedFlagMeter['trackValue']}
+   */
+  trackValue (tenant, meter, value, options = {}) {
+    return this._push(this._trackValues, () => calls.valueCall(tenant, meter, value, options))
+  }
+
+  /**
+   * Granted when value is counted in the current period already, or when
+   * one more value fits the limit (then counted): flagmeter.consume_value.
+   * Grouped like trackValue.
+   * @type {PublishedFlagMeter['consumeValue']}
+   */
+  consumeValue (tenant, meter, value) {
+    return this._push(this._consumeValues, () => calls.valueCall(tenant, meter, value))
+  }
+
+  /**
+   * Frees value in the current period (flagmeter.forget_value): true when
+   * it was counted there.  Grouped like trackValue.
+   * @type {PublishedFlagMeter['forgetValue']}
+   */
+  forgetValue (tenant, meter, value) {
+    return this._push(this._forgetValues, () => calls.valueCall(tenant, meter, value))
   }
 
   /** @type {PublishedFlagMeter['check']} The exact decision for amount more, recording nothing (a database read). */
@@ -551,9 +635,10 @@ class FlagMeter extends EventEmitter {
   }
 
   /**
-   * Run fn(tx) in one transaction on a pool connection: tx.track, tx.consume
-   * and tx.check are unbatched and roll back with it.  With a client first,
-   * run on that client, inside the transaction the caller manages.
+   * Run fn(tx) in one transaction on a pool connection: tx.track,
+   * tx.consume, tx.check, the value calls and the others are unbatched and
+   * roll back with it.  With a client first, run on that client, inside
+   * the transaction the caller manages.
    * @template T
    * @param {import('pg').ClientBase | TransactionFn<T>} clientOrFn
    * @param {TransactionFn<T>} [maybeFn]  with a client first
@@ -588,17 +673,25 @@ class FlagMeter extends EventEmitter {
   }
 
   /**
-   * How many calls went in how many groups (server transactions), per kind;
+   * How many calls went in how many groups (server transactions), per kind
+   * of grouped call;
    * groups split because one call's input was refused; calls sent again
    * after a fault; LISTEN reconnects.
    */
   stats () {
+    const batchers = Object.values(this._batchers)
+    /** @param {Batcher<any, any>} b */
+    const kind = (b) => ({ calls: b.calls, groups: b.groups })
+    const b = this._batchers
     return {
-      track: { calls: this._tracks.calls, groups: this._tracks.groups },
-      consume: { calls: this._consumes.calls, groups: this._consumes.groups },
-      rateLimit: { calls: this._rateLimits.calls, groups: this._rateLimits.groups },
-      splits: this._tracks.splits + this._consumes.splits + this._rateLimits.splits,
-      retries: this._tracks.retries + this._consumes.retries + this._rateLimits.retries,
+      track: kind(b.track),
+      consume: kind(b.consume),
+      rateLimit: kind(b.rateLimit),
+      trackValue: kind(b.trackValue),
+      consumeValue: kind(b.consumeValue),
+      forgetValue: kind(b.forgetValue),
+      splits: batchers.reduce((n, x) => n + x.splits, 0),
+      retries: batchers.reduce((n, x) => n + x.retries, 0),
       reconnects: this._streams.reduce((n, s) => n + s.reconnects, 0)
     }
   }
@@ -610,7 +703,7 @@ class FlagMeter extends EventEmitter {
   close () {
     if (!this._closing) {
       this._closing = (async () => {
-        await Promise.all([this._tracks.drain(), this._consumes.drain(), this._rateLimits.drain()])
+        await Promise.all(Object.values(this._batchers).map((b) => b.drain()))
         await Promise.all(this._streams.map((s) => s.close()))
         this._path.closed = true
         if (this._ownsPool) await this.pool.end()

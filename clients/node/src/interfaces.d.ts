@@ -64,7 +64,10 @@ export interface FlagMeterOptions {
      * carry `shard`, the index in this list.
      */
     | Array<string | ClientConfig>
-  /** Groups of calls running at once, per kind (track, consume, rateLimit), each on one pool connection. Default DEFAULTS.maxInFlight. */
+  /**
+   * Groups of calls running at once, per kind (track, consume, rateLimit, trackValue,
+   * consumeValue, forgetValue), each on one pool connection. Default DEFAULTS.maxInFlight.
+   */
   maxInFlight?: number
   /** Most calls in one group (one server call, one transaction). Default DEFAULTS.maxGroup. */
   maxGroup?: number
@@ -88,6 +91,11 @@ export interface TrackOptions {
   occurredAt?: Date
   /** Idempotency key (1 to 256 bytes, unique per tenant): a retry is not counted twice. */
   key?: string
+}
+
+export interface TrackValueOptions {
+  /** When the value was seen (default: the server's now()): it is counted in the period of that time. */
+  occurredAt?: Date
 }
 
 export interface ConsumeOptions {
@@ -184,7 +192,8 @@ export type DecisionReason =
 export interface Limit {
   tenant: string
   meter: string
-  aggregation: 'sum' | 'count' | 'max' | 'latest'
+  /** 'unique': the number of distinct values of the period (trackValue, consumeValue, forgetValue) */
+  aggregation: 'sum' | 'count' | 'max' | 'latest' | 'unique'
   quota: Int
   period: 'hour' | 'day' | 'week' | 'month' | 'year' | 'lifetime'
   mode: 'hard' | 'soft'
@@ -339,12 +348,15 @@ export interface FlagMeterStats {
   track: { calls: number; groups: number }
   consume: { calls: number; groups: number }
   rateLimit: { calls: number; groups: number }
+  trackValue: { calls: number; groups: number }
+  consumeValue: { calls: number; groups: number }
+  forgetValue: { calls: number; groups: number }
   /**
    * Groups split in two because the database refused one call's input
    * (QT001, QT002, class 22, …): the other calls are sent again without it.
    */
   splits: number
-  /** Calls of track, consume and rateLimit sent again after a fault. */
+  /** Grouped calls (track, consume, rateLimit and the value calls) sent again after a fault. */
   retries: number
   reconnects: number
 }
@@ -357,6 +369,9 @@ export declare class Transaction {
   track (tenant: string, meter: string, amount?: Int, options?: TrackOptions): Promise<TrackResult>
   consume (tenant: string, meter: string, amount?: Int, options?: ConsumeOptions): Promise<Decision>
   consume (tenant: string, meters: string[], amounts: Int[], options?: ConsumeOptions): Promise<Decision[]>
+  trackValue (tenant: string, meter: string, value: string, options?: TrackValueOptions): Promise<boolean>
+  consumeValue (tenant: string, meter: string, value: string): Promise<Decision>
+  forgetValue (tenant: string, meter: string, value: string): Promise<boolean>
   check (tenant: string, meter: string, amount?: Int): Promise<Decision>
   balance (tenant: string, meter: string): Promise<Int | null>
   reserve (tenant: string, meter: string, amount: Int, options?: ReserveOptions): Promise<Reservation>
@@ -394,6 +409,21 @@ export declare class FlagMeter extends EventEmitter {
    * calls into one limit_batch. Not transactional: a unit granted stays spent.
    */
   rateLimit (key: string, options: RateLimitOptions): Promise<RateDecision>
+  /**
+   * Records that `value` (1 to 1024 bytes: a user id, a seat's holder) was seen on a
+   * unique meter: true when it was new in its period (usage up by one), false when
+   * counted already. Never refused by the limit. Grouped with concurrent calls into
+   * one statement, answered in order.
+   */
+  trackValue (tenant: string, meter: string, value: string, options?: TrackValueOptions): Promise<boolean>
+  /**
+   * Granted when `value` is counted in the current period already (usage unchanged), or
+   * when one more value fits the limit (then counted); refused at a hard limit
+   * ('quota_exceeded', or 'rate_limited' with retryAfterMs), recording nothing. Grouped.
+   */
+  consumeValue (tenant: string, meter: string, value: string): Promise<Decision>
+  /** Frees `value` in the current period (a seat given up): true when it was counted there (usage down by one). Grouped. */
+  forgetValue (tenant: string, meter: string, value: string): Promise<boolean>
   /** The exact decision for `amount` more, recording nothing (a database read). */
   check (tenant: string, meter: string, amount?: Int): Promise<Decision>
   /** Quota left plus active credit grants (a database read); null when unlimited. */

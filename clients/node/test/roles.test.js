@@ -17,6 +17,9 @@ const GRANTS = `
       flagmeter.consume_batch(text[], text[], bigint[], text[], integer[]),
       flagmeter.limit_batch(text[], bigint[], interval[], bigint[], bigint[]),
       flagmeter.check(text, text, bigint),
+      flagmeter.track_value(text, text, text, timestamptz),
+      flagmeter.consume_value(text, text, text),
+      flagmeter.forget_value(text, text, text),
       flagmeter.track(text, text, bigint, timestamptz, text),
       flagmeter.consume(text, text, bigint, text),
       flagmeter.consume(text, text[], bigint[], text),
@@ -36,6 +39,7 @@ before(async () => {
     DROP ROLE IF EXISTS fm_node_request;
     DROP ROLE IF EXISTS fm_node_listener;
     SELECT flagmeter.define_meter('calls');
+    SELECT flagmeter.define_meter('seats', aggregation => 'unique');
     SELECT flagmeter.define_plan('small');
     SELECT flagmeter.set_limit('small', 'calls', 3, 'month');
     -- a rate limit that never refuses here: consume and check read it as the request role
@@ -74,6 +78,9 @@ test('the request role and the listener role are enough, and no more', async () 
     assert.equal(fm.isBlocked('acme', 'calls'), true)
     assert.equal((await fm.check('acme', 'calls', 0)).used, 3)
     assert.equal((await fm.rateLimit('login:acme', { rate: 5, per: 60 })).allowed, true)
+    assert.equal(await fm.trackValue('acme', 'seats', 'ann'), true)
+    assert.equal((await fm.consumeValue('acme', 'seats', 'bob')).used, 2)
+    assert.equal(await fm.forgetValue('acme', 'seats', 'ann'), true)
     await fm.transaction(async (tx) => {
       await tx.track('acme', 'calls', 1)
       await tx.consume('acme', ['calls'], [1])

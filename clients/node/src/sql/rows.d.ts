@@ -19,9 +19,21 @@ export interface DecisionRow {
   retry_after_ms: number | null
 }
 
-/** A row of consume_batch: a decision of item `item` (1-based). */
+/** A row of consume_batch, or of a group of consume_value calls: a decision of item `item` (1-based). */
 export interface BatchDecisionRow extends DecisionRow {
   item: number
+}
+
+/** A row of a group of track_value calls: the answer to item `item` (1-based), true when the value was new in its period. */
+export interface ValueAddedRow {
+  item: number
+  added: boolean
+}
+
+/** A row of a group of forget_value calls: the answer to item `item` (1-based), true when the value was counted and is freed. */
+export interface ValueForgottenRow {
+  item: number
+  forgotten: boolean
 }
 
 /** A row of flagmeter.reserve. */

@@ -77,6 +77,20 @@ async function main (): Promise<void> {
   const viaLimit: RateDecision = await fm.limit('ip:10.0.0.1', { rate: 10, per: 1 })
   const fromCache: Limit | undefined = fm.limit('acme', 'api_calls')
   void viaLimit; void fromCache
+  // unique meters: distinct values per period
+  const isNew: boolean = await fm.trackValue('acme', 'mau', 'user-1', { occurredAt: new Date() })
+  const seat: Decision = await fm.consumeValue('acme', 'seats', 'ann@acme.test')
+  const seatWait: number | null = seat.retryAfterMs
+  const freed: boolean = await fm.forgetValue('acme', 'seats', 'ann@acme.test')
+  const valueStats: { calls: number; groups: number } = fm.stats().consumeValue
+  const unique: Limit['aggregation'] = 'unique'
+  void isNew; void seatWait; void freed; void valueStats; void unique
+  // @ts-expect-error: a value is a string (an id as text), not a number
+  await fm.trackValue('acme', 'mau', 42)
+  // @ts-expect-error: consumeValue takes no options (no idempotency key: the value is one)
+  await fm.consumeValue('acme', 'seats', 'ann', { key: 'k' })
+  // @ts-expect-error: trackValue's options are occurredAt only
+  await fm.trackValue('acme', 'mau', 'user-1', { key: 'k' })
   const resets: Date | null = ds[0].resetsAt
   const blocked: boolean = fm.isBlocked('acme', 'api_calls')
   fm.on('threshold', (e: ThresholdEvent) => { const p: number = e.threshold; void p })
@@ -93,6 +107,11 @@ async function main (): Promise<void> {
   const n: number = await fm.transaction(async (tx) => { await tx.track('acme', 'api_calls'); return 1 })
   const own = new Client()
   const ok: boolean = await fm.transaction(own, async (tx) => (await tx.consume('acme', 'api_calls')).granted)
+  const seated: boolean = await fm.transaction(async (tx) => {
+    await tx.trackValue('acme', 'mau', 'user-1')
+    return (await tx.consumeValue('acme', 'seats', 'ann')).granted && await tx.forgetValue('acme', 'seats', 'bob')
+  })
+  void seated
   await fm.close()
   const err = new FlagMeterClosedError()
   const code: 'FLAGMETER_CLOSED' = err.code
