@@ -71,7 +71,9 @@ sub check_bound
 		"SELECT count(*), extract(epoch FROM max(at) - min(at)) FROM $table");
 	my $bound = $burst + $rate * $span;
 	note "$what: $granted granted in $span s, bound $bound";
-	cmp_ok($granted, '<=', $bound + 1,
+	# each grant's clock is read after its decision, the first's and the
+	# last's by a few ms each on a busy machine: a unit of slack at each end
+	cmp_ok($granted, '<=', $bound + 2,
 		"$what: at most burst + rate * t granted over the run");
 	cmp_ok($granted, '>=', 0.95 * $rate * $span,
 		"$what: at least 95 % of rate * t granted");
