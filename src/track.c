@@ -56,14 +56,14 @@ fm_track_text(PG_FUNCTION_ARGS)
 }
 
 /*
- * Record one event of track, in SPI: claim the key (row seq of kind),
- * write the event and its stripe, draw grants past the quota, announce.
- * False, recording nothing, when the key was recorded before.  *limit is
- * the meter's limit.
+ * Record one event of track under the meter's limit, in SPI: claim the key
+ * (row seq of kind), write the event and its stripe, draw grants past the
+ * quota, announce.  False, recording nothing, when the key was recorded
+ * before.
  */
 static bool
-record_event(const char *tenant, const char *meter, int64 amount, TimestampTz occurred_at,
-			 const char *key, int seq, const char *kind, bool counts_value, FmLimit *limit)
+record_with_limit(const char *tenant, const char *meter, int64 amount, TimestampTz occurred_at,
+				  const char *key, int seq, const char *kind, const FmLimit *limit)
 {
 	TimestampTz period_start;
 	TimestampTz period_end;
@@ -71,9 +71,6 @@ record_event(const char *tenant, const char *meter, int64 amount, TimestampTz oc
 	FmStripeWritten written;
 	bool		read_due;
 
-	fm_load_limit(tenant, meter, false, limit);
-	if (!counts_value)
-		fm_refuse_unique_meter(meter, limit);
 	fm_period_bounds(limit->period, limit->anchor, limit->tz, occurred_at,
 					 &period_start, &period_end);
 	fm_usage_target(tenant, meter, period_start);
@@ -115,6 +112,16 @@ record_event(const char *tenant, const char *meter, int64 amount, TimestampTz oc
 	return true;
 }
 
+/* record_with_limit of an amount call: *limit is the meter's, loaded here */
+static bool
+record_event(const char *tenant, const char *meter, int64 amount, TimestampTz occurred_at,
+			 const char *key, int seq, const char *kind, FmLimit *limit)
+{
+	fm_load_limit(tenant, meter, false, limit);
+	fm_refuse_unique_meter(meter, limit);
+	return record_with_limit(tenant, meter, amount, occurred_at, key, seq, kind, limit);
+}
+
 static Datum
 track_call(FunctionCallInfo fcinfo, bool occurred_at_text)
 {
@@ -136,7 +143,7 @@ track_call(FunctionCallInfo fcinfo, bool occurred_at_text)
 	fm_lock_counters_for_write();
 	fm_check_event_time(tenant, meter, occurred_at);
 	SPI_connect();
-	counted = record_event(tenant, meter, amount, occurred_at, key, 0, "track", false, &limit);
+	counted = record_event(tenant, meter, amount, occurred_at, key, 0, "track", &limit);
 	if (counted && fm_draws_from_pool(&limit))
 	{
 		/* the pool's units, under the same key (pools.h) */
@@ -144,23 +151,17 @@ track_call(FunctionCallInfo fcinfo, bool occurred_at_text)
 		char	   *pool = pstrdup(limit.pool);
 
 		record_event(tenant, pool, fm_pool_amount(&limit, amount), occurred_at, key, 1,
-					 "track_pool", false, &pool_limit);
+					 "track_pool", &pool_limit);
 	}
 	SPI_finish();
 	fm_usage_target_clear();
 	PG_RETURN_BOOL(counted);
 }
 
-/*
- * A value new in its period (unique_values.c): one event of amount 1 at
- * occurred_at, recorded as track records one, inside the caller's SPI.
- * The caller holds the counters' lock and checked the event's time.
- */
 void
-fm_track_new_value(const char *tenant, const char *meter, TimestampTz occurred_at)
+fm_track_new_value(const char *tenant, const char *meter, TimestampTz occurred_at,
+				   const FmLimit *limit)
 {
-	FmLimit		limit;
-
-	record_event(tenant, meter, 1, occurred_at, NULL, 0, "track", true, &limit);
+	record_with_limit(tenant, meter, 1, occurred_at, NULL, 0, "track", limit);
 	fm_usage_target_clear();
 }

@@ -300,7 +300,7 @@ fm_track_value(PG_FUNCTION_ARGS)
 	fm_check_event_time(call.tenant, call.meter, call.at);
 	added = add_and_sight_value(&call);
 	if (added)
-		fm_track_new_value(call.tenant, call.meter, call.at);
+		fm_track_new_value(call.tenant, call.meter, call.at, &call.limit);
 	SPI_finish();
 	PG_RETURN_BOOL(added);
 }
