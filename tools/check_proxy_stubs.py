@@ -98,6 +98,7 @@ NOT_PROXIED = {
     "partition_of(text, integer)": "the shard's side of moving a partition (flagmeter-move-partition)",
     # administration of one shard, run there
     "delete_usage(text, text)": "administration of one shard, run there",
+    "current_period_has_usage(text, text)": "administration of one shard, run there",
     "recount_current_period(text, text)": "administration of one shard, run there",
     "review_usage(text, text)": "administration of one shard, run there",
     "review_blocks(text, text, text)": "administration of one shard, run there",

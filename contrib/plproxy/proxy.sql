@@ -20,7 +20,8 @@
 --                      its key), limit_config, status(tenant),
 --                      usage_series, unassign_tenant, override_feature,
 --                      drop_feature_override, has_feature, feature_config
---   split by shard     track_batch (SPLIT on its arrays); track_events and
+--   split by shard     track_batch and assign_plan_batch (SPLIT on their
+--                      arrays); track_events and
 --                      consume_batch (one call per partition, the answers
 --                      put back in argument order)
 --   run on all shards  and merged here: the view status, top_tenants,
@@ -219,6 +220,57 @@ AS $$
 $$;
 COMMENT ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) IS
 'flagmeter.assign_plan on the tenant''s shard, which holds the tenant''s row and announces plan_changed to its listeners';
+
+-- assign_plan_batch: one call per shard with that shard's tenants.  A
+-- tenant that one node would refuse (NULL, empty, too long, listed twice)
+-- sends the whole call to one shard, which refuses it as one node does,
+-- so no shard assigns part of a call that is wrong; a bad plan, anchor or
+-- time zone is refused by every shard.
+CREATE FUNCTION flagmeter.assign_plan_batch_split(tenants text[], plan text,
+	anchor timestamptz, timezone text)
+RETURNS SETOF bigint
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	SPLIT tenants;
+	RUN ON flagmeter.tenant_hash(tenants);
+	TARGET flagmeter.assign_plan_batch;
+$$;
+COMMENT ON FUNCTION flagmeter.assign_plan_batch_split(text[], text, timestamptz, text) IS
+'assign_plan_batch''s tenants split by shard, one assign_plan_batch per shard in parallel; how many each assigned';
+
+CREATE FUNCTION flagmeter.assign_plan_batch_whole(tenants text[], plan text,
+	anchor timestamptz, timezone text)
+RETURNS bigint
+LANGUAGE plproxy VOLATILE
+AS $$
+	CLUSTER 'flagmeter';
+	RUN ON 0;
+	TARGET flagmeter.assign_plan_batch;
+$$;
+COMMENT ON FUNCTION flagmeter.assign_plan_batch_whole(text[], text, timestamptz, text) IS
+'assign_plan_batch''s arguments, unsplit, to the shard of partition 0: for tenants one node would refuse, which the shard reports as flagmeter does';
+
+CREATE FUNCTION flagmeter.assign_plan_batch(tenants text[], plan text,
+	anchor timestamptz DEFAULT NULL, timezone text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n integer := cardinality(tenants);
+BEGIN
+	IF n IS NULL OR n = 0 OR array_ndims(tenants) <> 1
+	   OR EXISTS (SELECT FROM unnest(tenants) t(tenant)
+	              WHERE t.tenant IS NULL OR t.tenant = '' OR octet_length(t.tenant) > 256)
+	   OR (SELECT count(DISTINCT t.tenant) FROM unnest(tenants) t(tenant)) <> n THEN
+		RETURN flagmeter.assign_plan_batch_whole(tenants, plan, anchor, timezone);
+	END IF;
+	RETURN (SELECT COALESCE(sum(c), 0)::bigint
+	        FROM flagmeter.assign_plan_batch_split(tenants, plan, anchor, timezone) c);
+END $$;
+COMMENT ON FUNCTION flagmeter.assign_plan_batch(text[], text, timestamptz, text) IS
+'flagmeter.assign_plan_batch on each shard with its tenants; how many were assigned';
 
 CREATE FUNCTION flagmeter.override_limit(tenant text, meter text, quota bigint,
 	period text DEFAULT NULL, mode text DEFAULT NULL, thresholds integer[] DEFAULT NULL)
@@ -1055,6 +1107,9 @@ REVOKE ALL ON FUNCTION flagmeter.define_meter(text, text, text, text, numeric) F
 REVOKE ALL ON FUNCTION flagmeter.define_plan(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integer[], integer, bigint, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.assign_plan_batch(text[], text, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.assign_plan_batch_split(text[], text, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.assign_plan_batch_whole(text[], text, timestamptz, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_override(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.set_rate_limit(text, text, bigint, interval, bigint) FROM PUBLIC;

@@ -535,45 +535,91 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
+	-- its errors are raised without the CONTEXT of the helpers (raise_plain)
+	PERFORM flagmeter.assign_plan_batch(ARRAY[tenant], plan, anchor, timezone);
+END $$;
+COMMENT ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) IS
+'puts a tenant on a plan; a NULL anchor or time zone keeps the tenant''s (now() and UTC for a new tenant), so a plan change keeps its periods and usage; usage of the current period is recounted when its boundaries move';
+
+-- assign_plan for many tenants: the same checks, rows and announcements as
+-- one assign_plan per tenant (every plan_changed of a chunk before its
+-- limit_changed), a chunk of 1 000 tenants per statement instead of one
+-- tenant per statement: onboarding a million tenants is a thousand calls
+-- (docs/guides/operations.md).  Nothing it does reads a tenant's events
+-- (current_period_has_usage), so a call costs the same whatever the
+-- history.  The rows are written in tenant order, as concurrent calls
+-- with tenants in common should take them.
+CREATE FUNCTION flagmeter.assign_plan_batch(tenants text[], plan text,
+	anchor timestamptz DEFAULT NULL, timezone text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+SET jit = off	-- see apply_limit_changes
+AS $$
 DECLARE
 	e_state text; e_message text; e_detail text; e_hint text;	-- the error, raised again
+	chunk_size constant integer := 1000;
+	chunk text[];
 	before jsonb;
-	current_anchor timestamptz;
-	current_timezone text;
+	twice text;
 BEGIN
-	PERFORM flagmeter.check_tenant(tenant);
+	IF tenants IS NULL THEN
+		RAISE EXCEPTION 'tenants must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF array_ndims(tenants) > 1 THEN
+		RAISE EXCEPTION 'tenants must be a one-dimensional array' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	PERFORM flagmeter.check_tenant(t.tenant) FROM unnest(tenants) t(tenant);
+	SELECT t.tenant INTO twice FROM unnest(tenants) t(tenant)
+	GROUP BY t.tenant HAVING count(*) > 1 ORDER BY t.tenant LIMIT 1;
+	IF FOUND THEN
+		RAISE EXCEPTION 'tenant "%" is listed more than once', twice
+			USING ERRCODE = 'invalid_parameter_value',
+			      HINT = 'A call assigns each tenant one plan: list it once.';
+	END IF;
 	PERFORM flagmeter.check_plan_exists(plan);
 	-- a zone name, not a POSIX offset such as '+05:30' (which reads as UTC-05:30)
 	IF timezone IS NOT NULL THEN
 		PERFORM flagmeter.check_timezone(timezone);
 	END IF;
-	SELECT t.anchor, t.timezone INTO current_anchor, current_timezone
-	FROM flagmeter.tenants t WHERE t.tenant = assign_plan.tenant;
-	anchor := COALESCE(anchor, current_anchor, now());
-	timezone := COALESCE(timezone, current_timezone, 'UTC');
-	IF NOT isfinite(anchor) THEN
+	IF anchor IS NOT NULL AND NOT isfinite(anchor) THEN
 		RAISE EXCEPTION 'anchor must be a finite timestamp' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	-- raises "time zone ... not recognized" for a bad name
-	PERFORM flagmeter.period_bounds(anchor, 'day', anchor, timezone);
+	IF timezone IS NOT NULL THEN
+		-- raises "time zone ... not recognized" for a bad name
+		PERFORM flagmeter.period_bounds(now(), 'day', now(), timezone);
+	END IF;
 
-	before := jsonb_build_object(tenant, flagmeter.limit_configs(tenant));
+	FOR i IN 1 .. cardinality(tenants) BY chunk_size LOOP
+		chunk := tenants[i : i + chunk_size - 1];
+		SELECT jsonb_object_agg(c.tenant, flagmeter.limit_configs(c.tenant)) INTO before
+		FROM unnest(chunk) c(tenant);
 
-	INSERT INTO flagmeter.tenants AS t (tenant, plan, anchor, timezone)
-	VALUES (assign_plan.tenant, assign_plan.plan, assign_plan.anchor, assign_plan.timezone)
-	ON CONFLICT ON CONSTRAINT tenants_pkey DO UPDATE
-		SET plan = EXCLUDED.plan, anchor = EXCLUDED.anchor, timezone = EXCLUDED.timezone,
-		    assigned_at = now();
+		-- a NULL anchor or time zone keeps the tenant's (now() and UTC for a new tenant)
+		INSERT INTO flagmeter.tenants AS t (tenant, plan, anchor, timezone)
+		SELECT c.tenant, assign_plan_batch.plan,
+		       COALESCE(assign_plan_batch.anchor, o.anchor, now()),
+		       COALESCE(assign_plan_batch.timezone, o.timezone, 'UTC')
+		FROM unnest(chunk) c(tenant)
+		LEFT JOIN flagmeter.tenants o ON o.tenant = c.tenant
+		ORDER BY c.tenant
+		ON CONFLICT ON CONSTRAINT tenants_pkey DO UPDATE
+			SET plan = EXCLUDED.plan, anchor = EXCLUDED.anchor, timezone = EXCLUDED.timezone,
+			    assigned_at = now();
 
-	PERFORM flagmeter.announce('plan_changed', tenant, NULL, plan);
-	PERFORM flagmeter.apply_limit_changes(before);
+		PERFORM flagmeter.announce('plan_changed', c.tenant, NULL, assign_plan_batch.plan)
+		FROM unnest(chunk) WITH ORDINALITY c(tenant, n) ORDER BY c.n;
+		PERFORM flagmeter.apply_limit_changes(before);
+	END LOOP;
+	RETURN cardinality(tenants);
 EXCEPTION WHEN OTHERS THEN	-- without the CONTEXT of the helpers (raise_plain)
 	GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
 	                        e_detail = PG_EXCEPTION_DETAIL, e_hint = PG_EXCEPTION_HINT;
 	PERFORM flagmeter.raise_plain(e_state, e_message, e_detail, e_hint);
 END $$;
-COMMENT ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) IS
-'puts a tenant on a plan; a NULL anchor or time zone keeps the tenant''s (now() and UTC for a new tenant), so a plan change keeps its periods and usage; usage of the current period is recounted when its boundaries move';
+COMMENT ON FUNCTION flagmeter.assign_plan_batch(text[], text, timestamptz, text) IS
+'assign_plan for each tenant of an array (each listed once), in chunks of 1 000 tenants per statement; how many were assigned';
 
 CREATE FUNCTION flagmeter.override_limit(tenant text, meter text, quota bigint,
 	period text DEFAULT NULL, mode text DEFAULT NULL, thresholds integer[] DEFAULT NULL)
@@ -1005,13 +1051,17 @@ COMMENT ON FUNCTION flagmeter.check_rollover_args(text, text, integer, bigint, i
 -- mode, thresholds, anchor, timezone), compared before and after a change.
 CREATE FUNCTION flagmeter.limit_configs(tenant text, meter text DEFAULT NULL)
 RETURNS jsonb
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
 AS $$
-SELECT COALESCE(pg_catalog.jsonb_object_agg(m.meter, pg_catalog.to_jsonb(c)), '{}'::pg_catalog.jsonb)
-FROM flagmeter.meters m
-CROSS JOIN LATERAL flagmeter.limit_config($1, m.meter) c
-WHERE $2 IS NULL OR m.meter OPERATOR(pg_catalog.=) $2
-$$;
+BEGIN
+	-- PL/pgSQL for its cached plan: as LANGUAGE sql it was planned at every
+	-- call (assign_plan calls it once per tenant)
+	RETURN (SELECT COALESCE(jsonb_object_agg(m.meter, to_jsonb(c)), '{}'::jsonb)
+	        FROM flagmeter.meters m
+	        CROSS JOIN LATERAL flagmeter.limit_config(limit_configs.tenant, m.meter) c
+	        WHERE limit_configs.meter IS NULL OR m.meter = limit_configs.meter);
+END $$;
 COMMENT ON FUNCTION flagmeter.limit_configs(text, text) IS
 'per meter (or for one meter), the limit in force for a tenant with its period, anchor and time zone, as jsonb';
 
@@ -1041,18 +1091,22 @@ SET jit = off
 AS $$
 DECLARE
 	r record;
-	changed_tenants text[] := '{}';
-	changed_meters text[] := '{}';
+	review_tenants text[] := '{}';
+	review_meters text[] := '{}';
 BEGIN
+	-- has_usage: asked once per row (index probes, whatever the history),
+	-- since a tenant assigned at signup has none and needs neither a
+	-- recount nor a review; a recount does not change it
 	FOR r IN
-		SELECT b.tenant, m.meter, m.old, to_jsonb(c) AS new
+		SELECT b.tenant, m.meter, m.old, to_jsonb(c) AS new,
+		       flagmeter.current_period_has_usage(b.tenant, m.meter) AS has_usage
 		FROM jsonb_each(COALESCE(before, '{}')) b(tenant, limits)
 		CROSS JOIN jsonb_each(b.limits) m(meter, old)
 		CROSS JOIN LATERAL flagmeter.limit_config(b.tenant, m.meter) c
 		WHERE m.old IS DISTINCT FROM to_jsonb(c)
 		ORDER BY 1, 2
 	LOOP
-		IF (r.old -> 'period', r.old -> 'anchor', r.old -> 'timezone')
+		IF r.has_usage AND (r.old -> 'period', r.old -> 'anchor', r.old -> 'timezone')
 		   IS DISTINCT FROM (r.new -> 'period', r.new -> 'anchor', r.new -> 'timezone') THEN
 			PERFORM flagmeter.recount_current_period(r.tenant, r.meter);
 		END IF;
@@ -1067,8 +1121,11 @@ BEGIN
 				            ARRAY(SELECT jsonb_array_elements_text(r.new -> 'thresholds')::integer));
 			END IF;
 		END IF;
-		changed_tenants := changed_tenants || r.tenant;
-		changed_meters := changed_meters || r.meter;
+		IF r.has_usage
+		   OR EXISTS (SELECT FROM flagmeter.counters k WHERE k.tenant = r.tenant AND k.meter = r.meter) THEN
+			review_tenants := review_tenants || r.tenant;
+			review_meters := review_meters || r.meter;
+		END IF;
 	END LOOP;
 
 	FOR r IN
@@ -1080,9 +1137,7 @@ BEGIN
 	END LOOP;
 
 	FOR r IN
-		SELECT u.tenant, u.meter FROM unnest(changed_tenants, changed_meters) u(tenant, meter)
-		WHERE EXISTS (SELECT FROM flagmeter.counters c WHERE c.tenant = u.tenant AND c.meter = u.meter)
-		   OR flagmeter.has_pending_events(u.tenant, u.meter)
+		SELECT u.tenant, u.meter FROM unnest(review_tenants, review_meters) u(tenant, meter)
 	LOOP
 		PERFORM flagmeter.review_usage(r.tenant, r.meter);
 	END LOOP;

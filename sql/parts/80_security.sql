@@ -93,6 +93,7 @@ REVOKE ALL ON FUNCTION flagmeter.set_limit(text, text, bigint, text, text, integ
 REVOKE ALL ON FUNCTION flagmeter.store_limit(text, text, bigint, text, text, integer[], integer, bigint, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.announce_limit(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION flagmeter.assign_plan_batch(text[], text, timestamptz, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.override_limit(text, text, bigint, text, text, integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.drop_override(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION flagmeter.set_rate_limit(text, text, bigint, interval, bigint) FROM PUBLIC;
@@ -216,6 +217,7 @@ BEGIN
 			'flagmeter.store_limit(text, text, bigint, text, text, integer[], integer, bigint, integer)',
 			'flagmeter.announce_limit(text, text)',
 			'flagmeter.assign_plan(text, text, timestamptz, text)',
+			'flagmeter.assign_plan_batch(text[], text, timestamptz, text)',
 			'flagmeter.override_limit(text, text, bigint, text, text, integer[])',
 			'flagmeter.drop_override(text, text)',
 			'flagmeter.set_rate_limit(text, text, bigint, interval, bigint)',
