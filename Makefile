@@ -4,7 +4,7 @@
 PG_CONFIG ?= pg_config
 
 EXTENSION  = flagmeter
-EXTVERSION = 0.3.0
+EXTVERSION = 0.4.0
 
 MODULE_big = flagmeter
 OBJS = \

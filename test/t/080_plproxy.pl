@@ -14,7 +14,7 @@
 #     holds;
 #   - every tenant's calls run on its partition's shard, and the proxy
 #     gives the same answers as one node, errors included: track, consume
-#     (both forms), check, usage, void, overrides, track_batch,
+#     (both forms), check, usage, void, overrides, track_batch, assign_plan_batch,
 #     idempotency keys and their retries, status, top_tenants, the series;
 #   - under pgbench through the proxy, 16 clients racing for 8 tenants'
 #     hard limits on both shards: used never exceeds the quota and equals
@@ -303,6 +303,17 @@ my @calls = (
 	q{SELECT try($$SELECT flagmeter.consume('t01', 'calls', -1)$$), try($$SELECT flagmeter.void('t01', 'no-such-key')$$)},
 	q{SELECT try($$SELECT flagmeter.track_batch(ARRAY['t01'], ARRAY['calls', 'calls'], ARRAY[1, 2]::bigint[])$$),
 	         try($$SELECT flagmeter.track_batch(NULL, NULL, NULL)$$), flagmeter.track_batch('{}', '{}', '{}')},
+	q{SELECT flagmeter.assign_plan_batch(ARRAY(SELECT 'n' || g FROM generate_series(1, 30) g), 'flex',
+	                                     '2026-01-01 00:00+00', 'UTC')},
+	q{SELECT flagmeter.assign_plan_batch(ARRAY['n1', 'n2', 'n40'], 'free')},
+	q{SELECT t, c.plan, c.quota, c.anchor = '2026-01-01 00:00+00' FROM unnest(ARRAY['n1', 'n2', 'n3', 'n29', 'n30', 'n40']) t,
+	         LATERAL flagmeter.limit_config(t, 'calls') c ORDER BY t},
+	q{SELECT try($$SELECT flagmeter.assign_plan_batch(ARRAY['n50', 'n51', 'n52', 'n53', 'n50'], 'flex')$$),
+	         try($$SELECT flagmeter.assign_plan_batch(ARRAY['n50', NULL], 'flex')$$),
+	         try($$SELECT flagmeter.assign_plan_batch(ARRAY['n50', 'n51'], 'nope')$$),
+	         flagmeter.assign_plan_batch('{}', 'flex')},
+	q{SELECT t, c.plan FROM unnest(ARRAY['n50', 'n51', 'n52', 'n53']) t,
+	         LATERAL flagmeter.limit_config(t, 'calls') c ORDER BY t},
 	q{SELECT try($$SELECT flagmeter.track('t01', 'calls', 1, now(), 'c-1')$$),
 	         try($$SELECT flagmeter.consume('t01', 'calls', 1, 'k5')$$)},
 	q{SELECT flagmeter.grant_credits('t13', 'calls', 5) > 0},
