@@ -3,10 +3,12 @@
  *	  track_batch(): many events in one call, with the guarantees of
  *	  track.  Everything is validated before anything is written; the call
  *	  writes one statement of raw events and one increment per (tenant,
- *	  meter, period) of the batch, into this backend's own stripe (a tag per
- *	  period would fill the lock table: stripes.c), and reads only the
- *	  periods that may have reached a level (track_alerts.c), all in one
- *	  statement.
+ *	  meter, period) of the batch: pending in shared memory where track
+ *	  would write its event alone (pending.h: a sum or count meter, no key
+ *	  in the period's events of the batch, flagmeter preloaded), else into
+ *	  this backend's own stripe (a tag per period would fill the lock
+ *	  table: stripes.c) in one statement; then it reads only the periods
+ *	  that may have reached a level (track_alerts.c), in one statement.
  */
 #include "postgres.h"
 #include "fmgr.h"
@@ -34,12 +36,13 @@
 
 static FmStatement insert_events_batch_stmt = {
 	"INSERT INTO flagmeter.events"
-	" (tenant, meter, amount, occurred_at, recorded_at, idempotency_key)"
-	" SELECT u.t, u.m, u.a, u.o, $5, u.k"
+	" (tenant, meter, amount, occurred_at, recorded_at, idempotency_key, period_start)"
+	" SELECT u.t, u.m, u.a, u.o, $5, u.k, u.p"
 	" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
-	"                pg_catalog.unnest($4), pg_catalog.unnest($6)) AS u(t, m, a, o, k)",
-	6, {TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID,
-	TIMESTAMPTZOID, TEXTARRAYOID}
+	"                pg_catalog.unnest($4), pg_catalog.unnest($6), pg_catalog.unnest($7))"
+	"      AS u(t, m, a, o, k, p)",
+	7, {TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID,
+	TIMESTAMPTZOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID}
 };
 
 /* the rows of many periods: (ordinal of the period in the arrays, counter, stripe) */
@@ -96,6 +99,10 @@ typedef struct BatchGroupEntry
 	int			first;			/* an event of the group, for its names */
 	FmCounter	delta;
 	const FmLimit *limit;
+	bool		keyed;			/* an event of the group has a key */
+	bool		pending;		/* its increment is pending (pending.h) */
+	bool		read_due;		/* pending: the entry's recheck figure was
+								 * reached */
 	FmStripeWritten written;	/* the group's stripe after the increment */
 	FmLimit		announce;		/* limit's copy for announcements past the
 								 * quota with credit grants left (grants.h) */
@@ -324,21 +331,13 @@ add_pool_events(TrackBatch *b)
 }
 
 /*
- * Insert the raw rows of the counted events, in one statement, and add
- * each to its group's increment.
+ * Each counted event's group, the group's increment, and whether the group
+ * has a keyed event: event_groups[i] for event i (NULL: not counted).
  */
-static void
-insert_counted_events(TrackBatch *b)
+static BatchGroupEntry **
+group_counted_events(TrackBatch *b)
 {
-	Datum	   *tenants = palloc(sizeof(Datum) * b->n);
-	Datum	   *meters = palloc(sizeof(Datum) * b->n);
-	Datum	   *amounts = palloc(sizeof(Datum) * b->n);
-	Datum	   *occurred = palloc(sizeof(Datum) * b->n);
-	Datum	   *keys = palloc(sizeof(Datum) * b->n);
-	bool	   *key_nulls = palloc(sizeof(bool) * b->n);
-	int			dims[1];
-	int			lbs[1] = {1};
-	Datum		args[6];
+	BatchGroupEntry **event_groups = palloc0(sizeof(BatchGroupEntry *) * b->n);
 	int			i;
 
 	b->groups = batch_hash("flagmeter batch groups", sizeof(BatchGroupKey),
@@ -349,18 +348,10 @@ insert_counted_events(TrackBatch *b)
 		BatchGroupKey gkey;
 		BatchGroupEntry *group;
 		bool		found;
-		int			e = b->ncounted;
 
 		if (!b->counted[i])
 			continue;
-		tenants[e] = CStringGetTextDatum(b->tenants[i]);
-		meters[e] = CStringGetTextDatum(b->meters[i]);
-		amounts[e] = Int64GetDatum(b->amounts[i]);
-		occurred[e] = TimestampTzGetDatum(b->occurred[i]);
-		key_nulls[e] = !(b->keys && b->keys[i]);
-		keys[e] = key_nulls[e] ? (Datum) 0 : CStringGetTextDatum(b->keys[i]);
 		b->ncounted++;
-
 		memset(&gkey, 0, sizeof(gkey));
 		tenant_meter_key(gkey.tenant_meter, b->tenants[i], b->meters[i]);
 		gkey.period_start = b->period_starts[i];
@@ -371,22 +362,91 @@ insert_counted_events(TrackBatch *b)
 			group->delta = fm_empty_counter();
 			group->limit = &((BatchLimitEntry *) hash_search(b->limits, gkey.tenant_meter,
 															 HASH_FIND, NULL))->limit;
+			group->keyed = false;
+			group->pending = false;
+			group->read_due = false;
 		}
+		group->keyed |= b->keys && b->keys[i];
 		fm_usage_target(b->tenants[i], b->meters[i], b->period_starts[i]);
 		fm_counter_report(fm_counter_add_event(&group->delta, b->amounts[i],
 											   b->occurred[i]));
+		event_groups[i] = group;
 	}
-	if (b->ncounted == 0)
-		return;
+	return event_groups;
+}
 
-	dims[0] = b->ncounted;
-	args[0] = fm_text_array(tenants, b->ncounted);
-	args[1] = fm_text_array(meters, b->ncounted);
-	args[2] = fm_int8_array(amounts, b->ncounted);
-	args[3] = fm_timestamptz_array(occurred, b->ncounted);
+/*
+ * Add to shared memory the increment of each group that track would write
+ * as events alone (fm_write_event_alone): no keyed event in it (void takes
+ * a keyed event out of the rows that hold it) and a meter the pending path
+ * takes; a group that finds no room there goes to the stripe.  Before the
+ * events are written, as track does: their rows say which are pending.
+ */
+static void
+add_pending_groups(TrackBatch *b)
+{
+	HASH_SEQ_STATUS scan;
+	BatchGroupEntry *group;
+
+	hash_seq_init(&scan, b->groups);
+	while ((group = hash_seq_search(&scan)) != NULL)
+	{
+		if (group->keyed || !fm_pending_track_enabled(group->limit))
+			continue;
+		fm_usage_target(b->tenants[group->first], b->meters[group->first],
+						group->key.period_start);
+		group->pending = fm_pending_add(b->tenants[group->first], b->meters[group->first],
+										group->key.period_start, &group->delta,
+										group->limit, &group->read_due);
+	}
+}
+
+/*
+ * Insert the raw rows of the counted events in one statement, an event of
+ * a pending group with its period_start (pending.h), the others without.
+ */
+static void
+insert_counted_events(TrackBatch *b, BatchGroupEntry **event_groups)
+{
+	Datum	   *tenants = palloc(sizeof(Datum) * b->n);
+	Datum	   *meters = palloc(sizeof(Datum) * b->n);
+	Datum	   *amounts = palloc(sizeof(Datum) * b->n);
+	Datum	   *occurred = palloc(sizeof(Datum) * b->n);
+	Datum	   *keys = palloc(sizeof(Datum) * b->n);
+	bool	   *key_nulls = palloc(sizeof(bool) * b->n);
+	Datum	   *starts = palloc(sizeof(Datum) * b->n);
+	bool	   *start_nulls = palloc(sizeof(bool) * b->n);
+	int			dims[1];
+	int			lbs[1] = {1};
+	Datum		args[7];
+	int			i;
+	int			e = 0;
+
+	for (i = 0; i < b->n; i++)
+	{
+		if (event_groups[i] == NULL)
+			continue;
+		tenants[e] = CStringGetTextDatum(b->tenants[i]);
+		meters[e] = CStringGetTextDatum(b->meters[i]);
+		amounts[e] = Int64GetDatum(b->amounts[i]);
+		occurred[e] = TimestampTzGetDatum(b->occurred[i]);
+		key_nulls[e] = !(b->keys && b->keys[i]);
+		keys[e] = key_nulls[e] ? (Datum) 0 : CStringGetTextDatum(b->keys[i]);
+		start_nulls[e] = !event_groups[i]->pending;
+		starts[e] = start_nulls[e] ? (Datum) 0 : TimestampTzGetDatum(b->period_starts[i]);
+		e++;
+	}
+	dims[0] = e;
+	args[0] = fm_text_array(tenants, e);
+	args[1] = fm_text_array(meters, e);
+	args[2] = fm_int8_array(amounts, e);
+	args[3] = fm_timestamptz_array(occurred, e);
 	args[4] = TimestampTzGetDatum(b->now);
 	args[5] = PointerGetDatum(construct_md_array(keys, key_nulls, 1, dims, lbs,
 												 TEXTOID, -1, false, TYPALIGN_INT));
+	args[6] = PointerGetDatum(construct_md_array(starts, start_nulls, 1, dims, lbs,
+												 TIMESTAMPTZOID, sizeof(TimestampTz),
+												 FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	fm_execute(&insert_events_batch_stmt, args, NULL, false, 0);
 }
 
@@ -409,10 +469,15 @@ add_group_increments(TrackBatch *b)
 	hash_seq_init(&scan, b->groups);
 	while ((group = hash_seq_search(&scan)) != NULL)
 	{
+		if (group->pending)
+			continue;
 		counters[periods.n] = FmCounterPGetDatum(fm_counter_copy(&group->delta));
 		period_list_add(&periods, group, CStringGetTextDatum(b->tenants[group->first]),
 						CStringGetTextDatum(b->meters[group->first]));
 	}
+	ngroups = periods.n;
+	if (ngroups == 0)
+		return periods;
 	/* an overflow in the statement names its period when there is one */
 	if (ngroups == 1)
 		fm_usage_target(b->tenants[periods.groups[0]->first],
@@ -492,21 +557,30 @@ draw_batch_grants(TrackBatch *b, const PeriodList *written)
 	}
 }
 
-/* The periods written whose stripe (as track decides it) is due for a read. */
+/*
+ * The periods due for a read, as track decides it: those written whose
+ * stripe is due, and the pending ones whose entry's figure was reached.
+ */
 static PeriodList
 due_periods(const TrackBatch *b, const PeriodList *written)
 {
-	PeriodList	due = period_list_alloc(written->n);
+	PeriodList	due = period_list_alloc((int) hash_get_num_entries(b->groups));
+	HASH_SEQ_STATUS scan;
+	BatchGroupEntry *group;
 	int			g;
 
 	for (g = 0; g < written->n; g++)
 	{
-		BatchGroupEntry *group = written->groups[g];
-
+		group = written->groups[g];
 		if (fm_period_read_due(b->tenants[group->first], b->meters[group->first],
 							   group->limit, group->key.period_start, &group->written))
 			period_list_add(&due, group, written->tenants[g], written->meters[g]);
 	}
+	hash_seq_init(&scan, b->groups);
+	while ((group = hash_seq_search(&scan)) != NULL)
+		if (group->pending && group->read_due)
+			period_list_add(&due, group, CStringGetTextDatum(b->tenants[group->first]),
+							CStringGetTextDatum(b->meters[group->first]));
 	return due;
 }
 
@@ -556,7 +630,7 @@ read_period_totals(const TrackBatch *b, const PeriodList *due, FmCounter *totals
 
 /*
  * Queue what each due period reached, and write the new recheck figures
- * of their stripes in one statement.
+ * of their stripes in one statement (a pending period's goes to its entry).
  */
 static void
 queue_and_recheck(const TrackBatch *b, const PeriodList *due, const FmCounter *totals,
@@ -576,6 +650,14 @@ queue_and_recheck(const TrackBatch *b, const PeriodList *due, const FmCounter *t
 
 		fm_announce_usage_level(b->tenants[group->first], b->meters[group->first],
 								group->limit, group->key.period_start, &totals[g]);
+		if (group->pending)
+		{
+			/* the entry's next figure, as fm_announce_after_pending_track */
+			fm_pending_set_recheck(b->tenants[group->first], b->meters[group->first],
+								   group->key.period_start, group->limit,
+								   fm_used_of(&totals[g], group->limit->aggregation));
+			continue;
+		}
 		if (group->limit->aggregation == FM_AGG_LATEST ||
 			!fm_next_recheck(group->limit, &group->written, &totals[g], nstripes[g],
 							 &recheck_at))
@@ -621,6 +703,8 @@ read_due_periods(TrackBatch *b, const PeriodList *written)
 static void
 track_events(TrackBatch *b)
 {
+	BatchGroupEntry **event_groups;
+
 	/* in the caller's memory: the answers outlive SPI */
 	b->counted = palloc(sizeof(bool) * b->n);
 	fm_lock_counters_for_write();
@@ -628,10 +712,14 @@ track_events(TrackBatch *b)
 	load_limits_and_periods(b);
 	claim_batch_keys(b);
 	add_pool_events(b);
-	insert_counted_events(b);
+	event_groups = group_counted_events(b);
 	if (b->ncounted > 0)
 	{
-		PeriodList	written = add_group_increments(b);
+		PeriodList	written;
+
+		add_pending_groups(b);
+		insert_counted_events(b, event_groups);
+		written = add_group_increments(b);
 
 		draw_batch_grants(b, &written);
 		read_due_periods(b, &written);

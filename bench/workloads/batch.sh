@@ -1,19 +1,21 @@
 # shellcheck shell=bash
 # bench/workloads/batch.sh -- track_batch against the same events INSERTed
-# with unnest: batch spreads a call's events over many tenants,
+# with unnest (one multi-row INSERT): batch spreads a call's
+# events over many tenants, batch_1k the same with calls of 1 000 events,
 # batch_one_tenant gives them all to one.  batch_one_tenant is a diagnostic
 # (per-event against per-tenant cost of track_batch) that would take the
 # default run past ten minutes: it runs only when --workload names it.
 
 register_workload batch "track_batch, $BATCH_SIZE events over $TENANTS tenants per call vs unnest INSERT"
+register_workload batch_1k "track_batch, 1000 events over $TENANTS tenants per call vs unnest INSERT"
 register_workload batch_one_tenant \
 	"track_batch, $BATCH_SIZE events of one tenant per call vs unnest INSERT" explicit
 
-# batch_workload NAME TENANT_EXPR NOTE: track_batch of BATCH_SIZE events per
+# batch_workload NAME TENANT_EXPR NOTE SIZE: track_batch of SIZE events per
 # call against the same events INSERTed with unnest into peer.batch_events.  The
 # tenant array is built in the server the same way for both.
 batch_workload() {
-	local wl=$1 tenant_expr=$2 what=$3 fm_rate peer_rate sizes
+	local wl=$1 tenant_expr=$2 what=$3 BATCH_SIZE=$4 fm_rate peer_rate sizes r
 	script "fm_$wl" <<EOF
 \set b random(0, $((TENANTS - 1)))
 SELECT flagmeter.track_batch(
@@ -51,8 +53,9 @@ EOF
 	measure "$wl" "$BATCH_CLIENTS" prepared 0 "peer_$wl" "writes_$wl" "fm_$wl"
 	fm_rate=$(events_per_s "$wl.fm_$wl")
 	peer_rate=$(events_per_s "$wl.peer_$wl")
-	rate_row "$wl" "$BATCH_CLIENTS" ev/s "$fm_rate" "$(p95_ms "$wl.fm_$wl")" "unnest INSERT" \
-		"$peer_rate" "$(p95_ms "$wl.peer_$wl")" 200000 \
+	r=$(ratio "$fm_rate" "$peer_rate")
+	emit_row "$wl" "$BATCH_CLIENTS" ev/s "$fm_rate" "$(p95_ms "$wl.fm_$wl")" "unnest INSERT" \
+		"$peer_rate" "$(p95_ms "$wl.peer_$wl")" "$r" ">= 0.8 x peer" "$(met "$r" 0.8)" \
 		"$BATCH_SIZE events per call, $what; P95 is per call; at the start $sizes"
 	emit_row "$wl" "$BATCH_CLIENTS" ev/s "$fm_rate" "$(p95_ms "$wl.fm_$wl")" \
 		"event INSERT + counter upserts" "$(events_per_s "$wl.writes_$wl")" \
@@ -62,15 +65,21 @@ EOF
 }
 
 # events_per_s LABEL: a batch script's calls per second times BATCH_SIZE
+# (batch_workload's)
 events_per_s() {
 	awk -v t="$(rate_of "$1")" -v n="$BATCH_SIZE" 'BEGIN { printf "%.0f", t * n }'
 }
 
 wl_batch() {
 	batch_workload batch "(1 + floor(random() * $TENANTS)::int)::text" \
-		"each of a random tenant of $TENANTS"
+		"each of a random tenant of $TENANTS" "$BATCH_SIZE"
+}
+
+wl_batch_1k() {
+	batch_workload batch_1k "(1 + floor(random() * $TENANTS)::int)::text" \
+		"each of a random tenant of $TENANTS" 1000
 }
 
 wl_batch_one_tenant() {
-	batch_workload batch_one_tenant "(1 + :b)::text" "all of one random tenant"
+	batch_workload batch_one_tenant "(1 + :b)::text" "all of one random tenant" "$BATCH_SIZE"
 }

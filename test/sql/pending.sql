@@ -122,6 +122,30 @@ SELECT used(usage('initech', 'calls')) AS after_delete;
 SELECT has_pending_events('initech', NULL) AS initech_pending;
 SELECT pending_drop('acme', NULL, NULL);
 
+-- track_batch writes events alone where track would, per (tenant, meter,
+-- period) of the call: pending unless one of the period's events has a key
+-- (or the meter is not a sum or count); a threshold reached by its pending
+-- usage is announced, and a rolled-back batch leaves nothing pending
+SELECT define_plan('q'), set_limit('q', 'calls', 100, 'month', 'hard', '{50,100}'),
+       assign_plan('batcher', 'q', '2026-01-01 00:00:00+00', 'UTC'),
+       assign_plan('keyed', 'q', '2026-01-01 00:00:00+00', 'UTC');
+SELECT track_batch(ARRAY['batcher', 'batcher', 'batcher', 'keyed', 'keyed', 'batcher'],
+                   ARRAY['calls', 'calls', 'peak', 'calls', 'calls', 'calls'],
+                   ARRAY[20, 20, 5, 1, 2, 15]::bigint[], NULL,
+                   ARRAY[NULL, NULL, NULL, 'k-b1', NULL, NULL]);
+SELECT tenant, meter, count(*) FILTER (WHERE period_start IS NOT NULL) AS pending_events,
+       count(*) FILTER (WHERE period_start IS NULL) AS counted_events,
+       (SELECT count(*) FROM counters c WHERE c.tenant = e.tenant AND c.meter = e.meter) AS counter_rows
+FROM events e WHERE tenant IN ('batcher', 'keyed') GROUP BY 1, 2 ORDER BY 1, 2;
+SELECT t AS tenant, c.used, c.remaining
+FROM unnest(ARRAY['batcher', 'keyed']) t, LATERAL flagmeter.check(t, 'calls') c ORDER BY 1;
+SELECT kind, threshold, used FROM outbox WHERE tenant = 'batcher' AND kind = 'threshold';
+BEGIN;
+SELECT track_batch(ARRAY['batcher'], ARRAY['calls'], ARRAY[30]::bigint[]);
+SELECT used(usage('batcher', 'calls')) AS own_uncommitted;
+ROLLBACK;
+SELECT used(usage('batcher', 'calls')) AS after_rollback;
+
 -- With one_write_track off, the same call writes a stripe; both count
 SET flagmeter.one_write_track = off;
 SELECT track('acme', 'calls', 0, '2026-01-05 00:00:00+00'), track('hooli', 'calls', 7);
