@@ -187,3 +187,51 @@ run_workload() {
 		BENCH_RC=1
 	fi
 }
+
+# Workloads measured with flagmeter preloaded and not (unique.sh,
+# not_preloaded.sh): the server is restarted without flagmeter preloaded
+# (ALTER SYSTEM, so postgresql.conf stays as bench/run wrote it) and back;
+# PRELOAD_OFF says the workload's subshell left it so, for the clean-up of a
+# workload that fails half-way.
+PRELOAD_OFF=0
+
+restart_server() {
+	if ! run_as_pg pg_ctl -D "$FM_PGDATA" -l "$FM_TMP/server.log" -w -t 120 restart >/dev/null; then
+		tail -n 50 "$FM_TMP/server.log" >&2 || true
+		fm_err "the server did not restart"
+		return 1
+	fi
+}
+
+# set_preload on|off
+set_preload() {
+	if [[ $1 == off ]]; then
+		echo "    restarting the server without flagmeter preloaded (shared_preload_libraries = 'pg_cron')"
+		psql_q "ALTER SYSTEM SET shared_preload_libraries = 'pg_cron'"
+		PRELOAD_OFF=1
+	else
+		echo "    restarting the server with flagmeter preloaded again"
+		psql_q "ALTER SYSTEM RESET shared_preload_libraries"
+		PRELOAD_OFF=0
+	fi
+	restart_server
+	echo "    shared_preload_libraries = $(psql_q "SHOW shared_preload_libraries")"
+	if [[ $1 == off ]]; then
+		# The earlier workloads' tracks left events pending (their amounts
+		# were in shared memory, gone with the restart): until maintain()
+		# folds them, every read of a period without preloading looks for
+		# them in the events, once a transaction, which an install that
+		# never preloads does not pay.
+		psql_q "SELECT flagmeter.maintain()" >/dev/null
+		echo "    after maintain(): $(psql_q "SELECT count(*) FROM flagmeter.events e
+		                                      WHERE e.period_start IS NOT NULL AND e.xid >=
+		                                            (SELECT flagmeter.xid_int(s.counted_through) FROM flagmeter.current_state s)") events pending"
+	fi
+}
+
+preload_cleanup() {
+	if ((PRELOAD_OFF)); then
+		set_preload on || true
+	fi
+}
+on_workload_exit preload_cleanup

@@ -47,11 +47,11 @@ EOF
 	own "$SCRIPTS/fm_check_merged.sql" "$SCRIPTS/peer_select_merged.sql"
 	measure check "$CLIENTS" prepared 0 peer_select_merged fm_check_merged
 
-	ratio_row check "$CLIENTS" check.fm_check check.peer_select "primary-key SELECT" 0.8 "" \
+	ratio_row check "$CLIENTS" check.fm_check check.peer_select "primary-key SELECT" 0.9 "" \
 		"tenant with $used events in $rows (16 writers' stripes, before maintain())"
 	diag_row check "$CLIENTS" check.fm_check check.reads_check "merge of the period's rows" \
 		"check's read (the period's rows, merged) as plain SQL; it runs at $(ratio_of check.reads_check check.peer_select) x the primary-key SELECT"
-	ratio_row check "$CLIENTS" check.fm_check_merged check.peer_select_merged "primary-key SELECT" 0.8 "" \
+	ratio_row check "$CLIENTS" check.fm_check_merged check.peer_select_merged "primary-key SELECT" 0.9 "" \
 		"the same tenant after maintain() merged its idle stripes: $merged_rows"
 }
 

@@ -32,7 +32,7 @@ EOF
 	show_scripts fm_check_tenants peer_select_tenants reads_check_tenants
 	measure check_tenants "$CLIENTS" prepared 0 peer_select_tenants reads_check_tenants fm_check_tenants
 	ratio_row check_tenants "$CLIENTS" check_tenants.fm_check_tenants check_tenants.peer_select_tenants \
-		"primary-key SELECT" 0.8 "" "$rows counter rows of $TENANTS tenants"
+		"primary-key SELECT" 0.9 "" "$rows counter rows of $TENANTS tenants"
 	diag_row check_tenants "$CLIENTS" check_tenants.fm_check_tenants check_tenants.reads_check_tenants \
 		"check's read as plain SQL" \
 		"the tenant's counter rows merged in SQL; it runs at $(ratio_of check_tenants.reads_check_tenants check_tenants.peer_select_tenants) x the SELECT"

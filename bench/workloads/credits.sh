@@ -23,7 +23,8 @@ credits_setup() {
 	psql_q "
 SELECT count(*)
 FROM (SELECT 'g' || i FROM generate_series(1, $TENANTS) i
-      UNION ALL SELECT 'w' || i FROM generate_series(1, 1000) i) t(tenant),
+      UNION ALL SELECT 'w' || i FROM generate_series(1, 1000) i
+      UNION ALL SELECT 'ghot') t(tenant),
 	LATERAL (SELECT flagmeter.grant_credits(t.tenant, 'api_calls', $BIG_QUOTA, now() + interval '1 day', 0),
 	                flagmeter.grant_credits(t.tenant, 'api_calls', $BIG_QUOTA, now() + interval '2 days', 1),
 	                flagmeter.grant_credits(t.tenant, 'api_calls', $BIG_QUOTA, NULL, 2)) g" >/dev/null
@@ -47,8 +48,20 @@ SQL
 \set t random(1, $TENANTS)
 SELECT flagmeter.consume(:t, 'api_calls', 1);
 SQL
-	show_scripts fm_consume_grants fm_consume_plain fm_consume_grants_within
-	measure credits "$CLIENTS" prepared 0 fm_consume_plain fm_consume_grants_within fm_consume_grants
+	# one hot prepaid tenant against the hot conditional UPDATE (issue 39)
+	script fm_consume_grants_hot <<'SQL'
+SELECT flagmeter.consume('ghot', 'api_calls', 1);
+SQL
+	script peer_update_grants_hot <<'SQL'
+UPDATE peer.quota SET used = used + 1
+WHERE tenant = 'hot' AND meter = 'api_calls' AND used + 1 <= quota
+RETURNING used;
+SQL
+	show_scripts fm_consume_grants fm_consume_plain fm_consume_grants_within fm_consume_grants_hot peer_update_grants_hot
+	measure credits "$CLIENTS" prepared 0 fm_consume_plain fm_consume_grants_within fm_consume_grants \
+		peer_update_grants_hot fm_consume_grants_hot
+	ratio_row credits "$CLIENTS" credits.fm_consume_grants_hot credits.peer_update_grants_hot \
+		"conditional UPDATE (hot)" 0.8 "" "one prepaid tenant with 3 grants from every client: each call locks stripe 0 and the grants, draws one"
 	ratio_row credits "$CLIENTS" credits.fm_consume_grants credits.fm_consume_plain \
 		"consume without grants" 0.8 "" "every call draws: stripe 0 and 3 grants locked, one drawn"
 	diag_row credits "$CLIENTS" credits.fm_consume_grants_within credits.fm_consume_plain \

@@ -16,7 +16,7 @@ wl_track() {
 	                                       hits, loads), 'no shared limit cache')
 	                FROM flagmeter.shared_limit_cache()")
 	echo "    $cache"
-	ratio_row track "$CLIENTS" track.fm_track track.peer_insert "INSERT event row" 0.8 "" "$cache"
+	ratio_row track "$CLIENTS" track.fm_track track.peer_insert "INSERT event row" 0.9 "" "$cache"
 	diag_row track "$CLIENTS" track.fm_track track.writes_track "event INSERT + counter upsert" \
 		"track's two writes (event row, counter row) as one plain SQL statement; it runs at $(ratio_of track.writes_track track.peer_insert) x the INSERT"
 }

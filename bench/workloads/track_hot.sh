@@ -19,7 +19,7 @@ EOF
 	show_scripts fm_track_hot peer_insert_hot peer_upsert_hot
 	measure track_hot "$CLIENTS" prepared 0 peer_insert_hot peer_upsert_hot fm_track_hot
 	ratio_row track_hot "$CLIENTS" track_hot.fm_track_hot track_hot.peer_insert_hot \
-		"INSERT event row" 0.8 "" ""
+		"INSERT event row" 0.9 "" ""
 	ratio_row track_hot "$CLIENTS" track_hot.fm_track_hot track_hot.peer_upsert_hot \
 		"hot-row upsert" 3.5 "" ""
 }

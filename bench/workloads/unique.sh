@@ -73,53 +73,7 @@ VACUUM ANALYZE peer.uv_usage;
 EOF
 }
 
-# The two setups.  The server is restarted without flagmeter preloaded
-# (ALTER SYSTEM, so postgresql.conf stays as bench/run wrote it) and back;
-# UNIQUE_PRELOAD_OFF says the workload's subshell left it so, for the
-# clean-up of a workload that fails half-way.
-UNIQUE_PRELOAD_OFF=0
-
-restart_server() {
-	if ! run_as_pg pg_ctl -D "$FM_PGDATA" -l "$FM_TMP/server.log" -w -t 120 restart >/dev/null; then
-		tail -n 50 "$FM_TMP/server.log" >&2 || true
-		fm_err "the server did not restart"
-		return 1
-	fi
-}
-
-# unique_preload on|off
-unique_preload() {
-	if [[ $1 == off ]]; then
-		echo "    restarting the server without flagmeter preloaded (shared_preload_libraries = 'pg_cron')"
-		psql_q "ALTER SYSTEM SET shared_preload_libraries = 'pg_cron'"
-		UNIQUE_PRELOAD_OFF=1
-	else
-		echo "    restarting the server with flagmeter preloaded again"
-		psql_q "ALTER SYSTEM RESET shared_preload_libraries"
-		UNIQUE_PRELOAD_OFF=0
-	fi
-	restart_server
-	echo "    shared_preload_libraries = $(psql_q "SHOW shared_preload_libraries")"
-	if [[ $1 == off ]]; then
-		# The earlier workloads' tracks left events pending (their amounts
-		# were in shared memory, gone with the restart): until maintain()
-		# folds them, every read of a period without preloading looks for
-		# them in the events, once a transaction, which an install that
-		# never preloads does not pay.
-		psql_q "SELECT flagmeter.maintain()" >/dev/null
-		echo "    after maintain(): $(psql_q "SELECT count(*) FROM flagmeter.events e
-		                                      WHERE e.period_start IS NOT NULL AND e.xid >=
-		                                            (SELECT flagmeter.xid_int(s.counted_through) FROM flagmeter.current_state s)") events pending"
-	fi
-}
-
-unique_cleanup() {
-	if ((UNIQUE_PRELOAD_OFF)); then
-		unique_preload on || true
-	fi
-}
-on_workload_exit unique_cleanup
-
+# The two setups (set_preload, bench/lib/harness.sh).
 UNIQUE_SETUPS=(preloaded not_preloaded)
 
 # unique_measure WORKLOAD SCRIPT...: measure the scripts in each setup, as
@@ -129,7 +83,7 @@ unique_measure() {
 	shift
 	for setup in "${UNIQUE_SETUPS[@]}"; do
 		echo "    -- $setup"
-		[[ $setup == preloaded ]] || unique_preload off
+		[[ $setup == preloaded ]] || set_preload off
 		measure "$wl.$setup" "$CLIENTS" prepared 0 "$@"
 		if [[ $setup == preloaded ]]; then
 			# where the limits came from (the cache is empty again after
@@ -138,7 +92,7 @@ unique_measure() {
 			                                         hits, loads), 'no shared limit cache')
 			                  FROM flagmeter.shared_limit_cache()")"
 		else
-			unique_preload on
+			set_preload on
 		fi
 	done
 }

@@ -1,0 +1,117 @@
+# shellcheck shell=bash
+# bench/workloads/scale.sh -- the per-call ratios again with SCALE_TENANTS
+# assigned tenants and SCALE_EVENTS events of history (issue 39), and what
+# the history costs maintain(), usage, usage_series, pg_dump/pg_restore and
+# shared memory.  About 15 minutes at a million tenants and ten million
+# events: it runs only when --workload names it.
+
+register_workload scale \
+	"track and check over $SCALE_TENANTS tenants with $SCALE_EVENTS events of history; maintain, usage, dump, shared memory" explicit
+
+# in_server_ms SQL: SQL's run time in the server, in ms
+in_server_ms() {
+	psql_q "SELECT round(extract(epoch FROM clock_timestamp() - s.t0) * 1000, 1)
+	        FROM (SELECT clock_timestamp() AS t0) s, LATERAL ($1) x"
+}
+
+# secs_since T0: seconds since the date +%s.%N T0, one decimal
+secs_since() {
+	awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'
+}
+
+wl_scale() {
+	local have ms t0 secs cache pend shmem dump_secs restore_secs dump_mb events
+	# 1. the tenants: TENANTS are assigned already; the rest by
+	#    assign_plan_batch, 10 000 a call, one statement each
+	have=$(psql_q "SELECT count(*) FROM flagmeter.tenants")
+	t0=$(date +%s.%N)
+	psql_q "SELECT sum(flagmeter.assign_plan_batch(ARRAY(SELECT g::text FROM generate_series(c, LEAST(c + 9999, $SCALE_TENANTS)) g), 'bench'))
+	        FROM generate_series($((TENANTS + 1)), $SCALE_TENANTS, 10000) c" >/dev/null
+	secs=$(secs_since "$t0")
+	echo "    assigned $((SCALE_TENANTS - TENANTS)) tenants with assign_plan_batch in $secs s ($have assigned before)"
+	emit_row scale 1 s "$secs" - - - - - "none (measured)" - \
+		"assign_plan_batch of $((SCALE_TENANTS - TENANTS)) tenants, 10 000 a call, one statement"
+	psql_q "INSERT INTO peer.usage (tenant, meter, used)
+	        SELECT g::text, 'api_calls', 0 FROM generate_series($((TENANTS + 1)), $SCALE_TENANTS) g
+	        ON CONFLICT DO NOTHING"
+	# 2. the history: SCALE_EVENTS events over all the tenants, by
+	#    track_batch (2 clients, 10 000 a call), then maintain() timed
+	script fill_scale <<EOF2
+SELECT flagmeter.track_batch(
+	(SELECT array_agg((1 + floor(random() * $SCALE_TENANTS)::int)::text) FROM generate_series(1, $BATCH_SIZE)),
+	array_fill('api_calls'::text, ARRAY[$BATCH_SIZE]), array_fill(1::bigint, ARRAY[$BATCH_SIZE]));
+EOF2
+	t0=$(date +%s.%N)
+	run_as_pg pgbench -n -M prepared -c 2 -j 2 -t $((SCALE_EVENTS / BATCH_SIZE / 2)) -f "$SCRIPTS/fill_scale.sql" "$DB" \
+		>"$OUT/scale.fill.stdout" 2>&1 || {
+		cat "$OUT/scale.fill.stdout" >&2
+		return 1
+	}
+	secs=$(secs_since "$t0")
+	events=$(psql_q "SELECT count(*) FROM flagmeter.events")
+	echo "    recorded $SCALE_EVENTS events in $secs s; flagmeter.events has $events"
+	psql_q "CHECKPOINT"
+	ms=$(in_server_ms "SELECT flagmeter.maintain()")
+	echo "    maintain() after them: $ms ms"
+	emit_row scale 1 ms "$ms" - - - - - "none (measured)" - \
+		"one maintain() after $SCALE_EVENTS events over $SCALE_TENANTS tenants were recorded (it folds what they left pending)"
+	ms=$(in_server_ms "SELECT flagmeter.maintain()")
+	emit_row scale 1 ms "$ms" - - - - - "none (measured)" - \
+		"the next maintain(), with $events events and $SCALE_TENANTS tenants of history and nothing new"
+	psql_q "VACUUM ANALYZE" >/dev/null
+	# 3. one tenant's reads over that history
+	ms=$(in_server_ms "SELECT flagmeter.usage('5', 'api_calls')")
+	emit_row scale 1 ms "$ms" - - - - - "none (measured)" - "usage() of one tenant, first call of the session"
+	ms=$(in_server_ms "SELECT count(*) FROM flagmeter.usage_series('5', 'api_calls', now() - interval '1 day', now(), 'hour')")
+	emit_row scale 1 ms "$ms" - - - - - "none (measured)" - "usage_series() of one tenant, a day in hours"
+	# 4. the per-call ratios over all the tenants
+	script fm_track_scale <<EOF2
+\set t random(1, $SCALE_TENANTS)
+SELECT flagmeter.track(:t, 'api_calls');
+EOF2
+	script peer_insert_scale <<EOF2
+\set t random(1, $SCALE_TENANTS)
+INSERT INTO peer.events (tenant, meter, amount) VALUES (:t, 'api_calls', 1);
+EOF2
+	script fm_check_scale <<EOF2
+\set t random(1, $SCALE_TENANTS)
+SELECT * FROM flagmeter.check(:t, 'api_calls');
+EOF2
+	script peer_select_scale <<EOF2
+\set t random(1, $SCALE_TENANTS)
+SELECT used FROM peer.usage WHERE tenant = :t::text AND meter = 'api_calls';
+EOF2
+	show_scripts fm_track_scale peer_insert_scale fm_check_scale peer_select_scale
+	measure scale "$CLIENTS" prepared 0 peer_insert_scale fm_track_scale peer_select_scale fm_check_scale
+	cache=$(psql_q "SELECT COALESCE(format('shared limit cache: %s entries of %s, %s not stored',
+	                                       entries, capacity, not_stored), 'no shared limit cache')
+	                FROM flagmeter.shared_limit_cache()")
+	pend=$(psql_q "SELECT format('pending table: %s periods, %s calls found no room', periods, no_room)
+	               FROM flagmeter.pending_usage_stats()")
+	echo "    $cache; $pend"
+	ratio_row scale "$CLIENTS" scale.fm_track_scale scale.peer_insert_scale "INSERT event row" 0.9 "" \
+		"track over $SCALE_TENANTS tenants with $events events of history; $cache; $pend"
+	ratio_row scale "$CLIENTS" scale.fm_check_scale scale.peer_select_scale "primary-key SELECT" 0.9 "" \
+		"check over $SCALE_TENANTS tenants with $events events of history"
+	# 5. shared memory, and pg_dump/pg_restore of the database
+	shmem=$(psql_q "SELECT round(sum(allocated_size) / 1048576.0, 1) FROM pg_shmem_allocations
+	                WHERE name ILIKE '%flagmeter%'")
+	emit_row scale 1 MB "$shmem" - - - - - "none (measured)" - \
+		"flagmeter's shared memory (pg_shmem_allocations), fixed at start by its settings: the same for 10 000 or $SCALE_TENANTS tenants"
+	t0=$(date +%s.%N)
+	run_as_pg pg_dump -Fc -Z 1 -f "$FM_TMP/scale.dump" "$DB" || return 1
+	dump_secs=$(secs_since "$t0")
+	dump_mb=$(du -m "$FM_TMP/scale.dump" | cut -f1)
+	run_as_pg createdb -T template0 scale_restore
+	t0=$(date +%s.%N)
+	run_as_pg pg_restore -j 2 -d scale_restore "$FM_TMP/scale.dump" >"$OUT/scale.restore.log" 2>&1 || {
+		tail -n 20 "$OUT/scale.restore.log" >&2
+		return 1
+	}
+	restore_secs=$(secs_since "$t0")
+	run_as_pg dropdb scale_restore
+	rm -f "$FM_TMP/scale.dump"
+	emit_row scale 1 s "$dump_secs" - - - - - "none (measured)" - \
+		"pg_dump -Fc of the database ($dump_mb MB: $events events, $SCALE_TENANTS tenants, the peers' tables)"
+	emit_row scale 1 s "$restore_secs" - - - - - "none (measured)" - "pg_restore -j 2 of that dump into a new database"
+}
