@@ -4,7 +4,8 @@
 # A track's amount is pending in shared memory until maintain() folds it;
 # the events are the durable record (period_start set, xid at or above
 # counted_through).  So:
-#   1. crash: 16 pgbench clients track 40 tenants, maintain() folds in the
+#   1. crash: 16 pgbench clients track 40 tenants (one by one and with
+#      track_batch, whose periods are pending too), maintain() folds in the
 #      middle, and a backend is killed (SIGKILL): the postmaster restarts
 #      them all with empty shared memory.  The first call rebuilds the
 #      pending usage from the events: every tenant's usage equals the sum
@@ -64,6 +65,12 @@ my $track_script = qq{
 \\set amount random(1, 9)
 SELECT flagmeter.track('t' || :t, 'm', :amount);
 };
+# a batch of four events of random tenants, each period pending as track's
+my $batch_script = qq{
+SELECT flagmeter.track_batch(ARRAY(SELECT 't' || (1 + floor(random() * $tenants)::int)
+                                   FROM generate_series(1, 4)),
+                             array_fill('m'::text, ARRAY[4]), ARRAY[1, 2, 3, 4]::bigint[]);
+};
 
 # tenants whose usage differs from the sum of their events, and the total
 sub mismatches
@@ -93,9 +100,13 @@ my $dir = PostgreSQL::Test::Utils::tempdir;
 open my $fh, '>', "$dir/track.sql" or die $!;
 print $fh $track_script;
 close $fh;
+open $fh, '>', "$dir/batch.sql" or die $!;
+print $fh $batch_script;
+close $fh;
 my ($out, $err) = ('', '');
 my $load = IPC::Run::start(
 	[ 'pgbench', '--no-vacuum', '--client=16', '--jobs=4', '--time=60', '-f', "$dir/track.sql",
+	  '-f', "$dir/batch.sql",
 	  '-h', $node->host, '-p', $node->port, 'postgres' ],
 	'>', \$out, '2>', \$err);
 my $waited = 0;
@@ -119,6 +130,7 @@ cmp_ok($node->safe_psql('postgres',
 		q{SELECT count(*) FROM flagmeter.counters WHERE stripe = 32767}),
 	'>', 0, 'and maintain() folded others into the merged stripes');
 $node->safe_psql('postgres', q{BEGIN; SELECT flagmeter.track('t1', 'm', 1000);
+	SELECT flagmeter.track_batch(ARRAY['t2', 't3'], ARRAY['m', 'm'], ARRAY[100, 200]::bigint[]);
 	PREPARE TRANSACTION 'before_the_crash'});
 my $victim = $node->safe_psql('postgres',
 	q{SELECT pid FROM pg_stat_activity
@@ -140,7 +152,7 @@ is($bad, '0', 'a transaction prepared before the crash commits after it and coun
 $node->pgbench('--no-vacuum --client=16 --jobs=4 --transactions=200', 0,
 	[qr{number of failed transactions: 0 }], [qr{^$}],
 	'a second load after the crash: no failed transaction',
-	{ '110_pending_track' => $track_script });
+	{ '110_pending_track' => $track_script, '110_pending_batch' => $batch_script });
 $node->safe_psql('postgres', 'SELECT flagmeter.maintain()');
 ($bad) = split / /, mismatches($node);
 is($bad, '0', 'after the second load and a fold, still exact');
@@ -179,7 +191,8 @@ $standby->init_from_backup($primary, 'b', has_streaming => 1);
 $standby->start;
 $primary->pgbench('--no-vacuum --client=8 --jobs=2 --transactions=100', 0,
 	[qr{number of failed transactions: 0 }], [qr{^$}],
-	'the primary tracks', { '110_pending_primary' => $track_script });
+	'the primary tracks',
+	{ '110_pending_primary' => $track_script, '110_pending_primary_batch' => $batch_script });
 $primary->wait_for_catchup($standby);
 my $on_primary = mismatches($primary);
 is(mismatches($standby), $on_primary, 'the standby reads the same usage as the primary');
