@@ -545,8 +545,8 @@ COMMENT ON FUNCTION flagmeter.assign_plan(text, text, timestamptz, text) IS
 -- assign_plan for many tenants: the same checks, rows and announcements as
 -- one assign_plan per tenant (every plan_changed of a chunk before its
 -- limit_changed), a chunk of 1 000 tenants per statement instead of one
--- tenant per statement: onboarding a million tenants is a thousand calls
--- (docs/guides/operations.md).  Nothing it does reads a tenant's events
+-- tenant per statement: onboarding a million tenants takes a thousand
+-- statements, not a million (docs/guides/operations.md).  Nothing it does reads a tenant's events
 -- (current_period_has_usage), so a call costs the same whatever the
 -- history.  The rows are written in tenant order, as concurrent calls
 -- with tenants in common should take them.
