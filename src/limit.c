@@ -107,3 +107,20 @@ fm_tenant_meter_hash(const char *tenant, const char *meter)
 	return hash_combine(hash_bytes((const unsigned char *) tenant, strlen(tenant)),
 						hash_bytes((const unsigned char *) meter, strlen(meter)));
 }
+
+uint32
+fm_tenant_meter_key_hash(const void *key, Size keysize)
+{
+	const FmTenantMeterKey *k = key;
+
+	return fm_tenant_meter_hash(k->tenant, k->meter);
+}
+
+int
+fm_tenant_meter_key_match(const void *key1, const void *key2, Size keysize)
+{
+	const FmTenantMeterKey *a = key1;
+	const FmTenantMeterKey *b = key2;
+
+	return strcmp(a->tenant, b->tenant) != 0 || strcmp(a->meter, b->meter) != 0;
+}

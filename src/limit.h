@@ -95,4 +95,19 @@ extern int32 fm_limit_fingerprint(const FmLimit *limit);
  */
 extern uint32 fm_tenant_meter_hash(const char *tenant, const char *meter);
 
+/*
+ * A (tenant, meter) key of a backend-local hash table that points at the
+ * names (the caller's, or the entry's own copies) instead of padding them
+ * into the key; fm_tenant_meter_key_hash and _match are its
+ * hash table functions.
+ */
+typedef struct FmTenantMeterKey
+{
+	const char *tenant;
+	const char *meter;
+} FmTenantMeterKey;
+
+extern uint32 fm_tenant_meter_key_hash(const void *key, Size keysize);
+extern int	fm_tenant_meter_key_match(const void *key1, const void *key2, Size keysize);
+
 #endif							/* FLAGMETER_LIMIT_H */

@@ -53,32 +53,9 @@
  * Padded to their maximum lengths the keys were half of an entry (631 bytes
  * per tenant and meter a backend met, 6.3 MB for 10 000 tenants).
  */
-typedef struct LimitCacheKey
-{
-	const char *tenant;
-	const char *meter;
-} LimitCacheKey;
-
-static uint32
-limit_cache_key_hash(const void *key, Size keysize)
-{
-	const LimitCacheKey *k = key;
-
-	return fm_tenant_meter_hash(k->tenant, k->meter);
-}
-
-static int
-limit_cache_key_match(const void *key1, const void *key2, Size keysize)
-{
-	const LimitCacheKey *a = key1;
-	const LimitCacheKey *b = key2;
-
-	return strcmp(a->tenant, b->tenant) != 0 || strcmp(a->meter, b->meter) != 0;
-}
-
 typedef struct LimitCacheEntry
 {
-	LimitCacheKey key;
+	FmTenantMeterKey key;
 	FmLimit		limit;
 } LimitCacheEntry;
 
@@ -194,10 +171,10 @@ reset_limit_cache(void)
 	/* the table lives in a child of the context: this frees both */
 	MemoryContextReset(limit_cache_context);
 	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = sizeof(LimitCacheKey);
+	ctl.keysize = sizeof(FmTenantMeterKey);
 	ctl.entrysize = sizeof(LimitCacheEntry);
-	ctl.hash = limit_cache_key_hash;
-	ctl.match = limit_cache_key_match;
+	ctl.hash = fm_tenant_meter_key_hash;
+	ctl.match = fm_tenant_meter_key_match;
 	ctl.hcxt = limit_cache_context;
 	limit_cache = hash_create("flagmeter limits", 256, &ctl,
 							  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
@@ -364,7 +341,7 @@ void
 fm_load_limit_any(const char *tenant, const char *meter, bool read_only,
 				  FmLimit *limit)
 {
-	LimitCacheKey key;
+	FmTenantMeterKey key;
 	LimitCacheEntry *entry;
 
 	refresh_caches();

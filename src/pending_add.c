@@ -15,6 +15,7 @@
 #include "funcapi.h"
 
 #include "access/htup_details.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "common/int.h"
@@ -125,6 +126,32 @@ add_to_slot(int p, int32 s, const FmCounter *delta)
 	fm_pending_state->slots[s].amount = sum;
 }
 
+/*
+ * The used amount e holds for transactions that did not roll back, into
+ * *used; false when even that overflows.  added_used also counts what
+ * rolled back, so after a huge amount was added and rolled back it would
+ * refuse every later add: an overflow of it asks this (rare, reads the
+ * commit log) before refusing.  Under the partition's lock.
+ */
+static bool
+live_used(const FmPendingEntry *e, int64 *used)
+{
+	const FmPendingSlot *slots = fm_pending_state->slots;
+	int64		sum = e->settled.used;
+	int32		s;
+	int			i;
+
+	for (i = 0; i < e->nfolds; i++)
+		if (pg_add_s64_overflow(sum, e->folds[i].amount.used, &sum))
+			return false;
+	for (s = e->first_slot; s >= 0; s = slots[s].next)
+		if (!TransactionIdDidAbort(slots[s].xid) &&
+			pg_add_s64_overflow(sum, slots[s].amount.used, &sum))
+			return false;
+	*used = sum;
+	return true;
+}
+
 bool
 fm_pending_add(const char *tenant, const char *meter, TimestampTz period_start,
 			   const FmCounter *delta, const FmLimit *limit, bool *read_due)
@@ -145,8 +172,14 @@ fm_pending_add(const char *tenant, const char *meter, TimestampTz period_start,
 	}
 	if (pg_add_s64_overflow(e->added_used, delta->used, &sum))
 	{
-		LWLockRelease(partition_lock(p));
-		fm_counter_report(FM_ERR_RANGE);
+		int64		live = 0;
+
+		if (!live_used(e, &live) || pg_add_s64_overflow(live, delta->used, &sum))
+		{
+			LWLockRelease(partition_lock(p));
+			fm_counter_report(FM_ERR_RANGE);
+		}
+		e->added_used = live;
 	}
 	s = own_slot(p, e, xid, top);
 	if (s < 0)

@@ -15,6 +15,7 @@
 
 #include "access/transam.h"
 #include "access/xact.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -23,6 +24,7 @@
 #include "utils/hsearch.h"
 #include "utils/snapmgr.h"
 
+#include "limit.h"
 #include "pending_internal.h"
 
 FmPendingState *fm_pending_state = NULL;
@@ -30,6 +32,33 @@ HTAB	   *fm_pending_entries = NULL;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/*
+ * Keys hash and compare by their strings, not their padded ~340 bytes:
+ * track_batch looks up a period per (tenant, meter) of its call, and as
+ * blobs the hashing alone was a tenth of the call.
+ */
+static uint32
+pending_key_hash(const void *key, Size keysize)
+{
+	const FmPendingKey *k = key;
+	uint32		h = fm_tenant_meter_hash(k->tenant, k->meter);
+
+	h = hash_combine(h, hash_bytes_uint32(k->database));
+	return hash_combine(h, hash_bytes((const unsigned char *) &k->period_start,
+									  sizeof(k->period_start)));
+}
+
+static int
+pending_key_match(const void *key1, const void *key2, Size keysize)
+{
+	const FmPendingKey *a = key1;
+	const FmPendingKey *b = key2;
+
+	if (a->database != b->database || a->period_start != b->period_start)
+		return 1;
+	return strcmp(a->tenant, b->tenant) != 0 || strcmp(a->meter, b->meter) != 0;
+}
 
 static int
 slots_per_partition(void)
@@ -96,10 +125,13 @@ pending_startup(void)
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(FmPendingKey);
 	info.entrysize = sizeof(FmPendingEntry);
+	info.hash = pending_key_hash;
+	info.match = pending_key_match;
 	info.num_partitions = FM_PENDING_PARTITIONS;
 	fm_pending_entries = ShmemInitHash("flagmeter pending periods", fm_pending_periods,
 									   fm_pending_periods, &info,
-									   HASH_ELEM | HASH_BLOBS | HASH_PARTITION |
+									   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
+									   HASH_PARTITION |
 									   HASH_FIXED_SIZE);
 	LWLockRelease(AddinShmemInitLock);
 }

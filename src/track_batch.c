@@ -26,6 +26,7 @@
 #include "counter.h"
 #include "event_keys.h"
 #include "grants.h"
+#include "limit.h"
 #include "limit_lookup.h"
 #include "pending.h"
 #include "period.h"
@@ -79,17 +80,28 @@ static FmStatement set_recheck_batch_stmt = {
 	INT8ARRAYOID, INT4ARRAYOID, TIDARRAYOID}
 };
 
-/* One (tenant, meter): its limit, loaded once per batch. */
+/*
+ * One (tenant, meter) of the call, its key pointing at the call's own
+ * strings: its limit, loaded once per call, and the last period an event
+ * of it fell in (the events of a call mostly share one, and a period's
+ * bounds in its time zone cost more than the rest of an event's share).
+ */
 typedef struct BatchLimitEntry
 {
-	char		key[FM_TENANT_METER_KEY_BYTES];
+	FmTenantMeterKey key;
 	FmLimit		limit;
+	bool		has_period;
+	TimestampTz period_start;
+	TimestampTz period_end;
 } BatchLimitEntry;
 
-/* One (tenant, meter, period): the increment of the batch. */
+/*
+ * One (tenant, meter, period): its (tenant, meter) as the limits' entry,
+ * which stays where dynahash put it for the table's life.
+ */
 typedef struct BatchGroupKey
 {
-	char		tenant_meter[FM_TENANT_METER_KEY_BYTES];
+	const BatchLimitEntry *tenant_meter;
 	TimestampTz period_start;
 } BatchGroupKey;
 
@@ -120,6 +132,8 @@ typedef struct TrackBatch
 	char	  **keys;			/* NULL: no keys at all; an element NULL: none */
 	TimestampTz now;
 	TimestampTz *period_starts;
+	BatchLimitEntry **event_limits; /* each event's (tenant, meter) */
+	bool		any_pool;		/* a meter of the call draws from a pool */
 	bool	   *counted;		/* false: the key was recorded before */
 	int			ncounted;
 	HTAB	   *limits;			/* BatchLimitEntry by (tenant, meter) */
@@ -136,27 +150,63 @@ typedef struct PeriodList
 	Datum	   *starts;
 } PeriodList;
 
-/* "tenant \0 meter \0", zero-padded: a key of the batch's hash tables */
-static void
-tenant_meter_key(char *buf, const char *tenant, const char *meter)
-{
-	size_t		tlen = strlen(tenant);
-
-	memset(buf, 0, FM_TENANT_METER_KEY_BYTES);
-	memcpy(buf, tenant, tlen);
-	memcpy(buf + tlen + 1, meter, strlen(meter));
-}
-
 static HTAB *
-batch_hash(const char *name, Size keysize, Size entrysize)
+batch_limits_hash(void)
 {
 	HASHCTL		ctl;
 
 	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = keysize;
-	ctl.entrysize = entrysize;
+	ctl.keysize = sizeof(FmTenantMeterKey);
+	ctl.entrysize = sizeof(BatchLimitEntry);
+	ctl.hash = fm_tenant_meter_key_hash;
+	ctl.match = fm_tenant_meter_key_match;
 	ctl.hcxt = CurrentMemoryContext;
-	return hash_create(name, 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	return hash_create("flagmeter batch limits", 64, &ctl,
+					   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+}
+
+static HTAB *
+batch_groups_hash(void)
+{
+	HASHCTL		ctl;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(BatchGroupKey);
+	ctl.entrysize = sizeof(BatchGroupEntry);
+	ctl.hcxt = CurrentMemoryContext;
+	return hash_create("flagmeter batch groups", 64, &ctl,
+					   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+/* The entry of (tenant, meter), its limit loaded when new. */
+static BatchLimitEntry *
+batch_limit(TrackBatch *b, const char *tenant, const char *meter)
+{
+	FmTenantMeterKey key = {tenant, meter};
+	BatchLimitEntry *entry;
+	bool		found;
+
+	entry = hash_search(b->limits, &key, HASH_ENTER, &found);
+	if (!found)
+	{
+		fm_load_limit(tenant, meter, false, &entry->limit);
+		entry->has_period = false;
+		b->any_pool |= fm_draws_from_pool(&entry->limit);
+	}
+	return entry;
+}
+
+/* The start of the period of entry's limit that holds at. */
+static TimestampTz
+batch_period_start(BatchLimitEntry *entry, TimestampTz at)
+{
+	if (!entry->has_period || at < entry->period_start || at >= entry->period_end)
+	{
+		fm_period_bounds(entry->limit.period, entry->limit.anchor, entry->limit.tz, at,
+						 &entry->period_start, &entry->period_end);
+		entry->has_period = true;
+	}
+	return entry->period_start;
 }
 
 /* args[0..2]: the (tenant, meter, period_start) arrays of the periods. */
@@ -225,25 +275,16 @@ load_limits_and_periods(TrackBatch *b)
 	/* every event's time first: nothing is written when one is outside */
 	for (i = 0; i < b->n; i++)
 		fm_check_event_time(b->tenants[i], b->meters[i], b->occurred[i]);
-	b->limits = batch_hash("flagmeter batch limits", FM_TENANT_METER_KEY_BYTES,
-						   sizeof(BatchLimitEntry));
+	b->limits = batch_limits_hash();
 	b->period_starts = palloc(sizeof(TimestampTz) * b->n);
+	b->event_limits = palloc(sizeof(BatchLimitEntry *) * b->n);
 	for (i = 0; i < b->n; i++)
 	{
-		char		hkey[FM_TENANT_METER_KEY_BYTES];
-		BatchLimitEntry *entry;
-		bool		found;
-		TimestampTz end;
+		BatchLimitEntry *entry = batch_limit(b, b->tenants[i], b->meters[i]);
 
-		tenant_meter_key(hkey, b->tenants[i], b->meters[i]);
-		entry = hash_search(b->limits, hkey, HASH_ENTER, &found);
-		if (!found)
-		{
-			fm_load_limit(b->tenants[i], b->meters[i], false, &entry->limit);
-			fm_refuse_unique_meter(b->meters[i], &entry->limit);
-		}
-		fm_period_bounds(entry->limit.period, entry->limit.anchor, entry->limit.tz,
-						 b->occurred[i], &b->period_starts[i], &end);
+		fm_refuse_unique_meter(b->meters[i], &entry->limit);
+		b->event_limits[i] = entry;
+		b->period_starts[i] = batch_period_start(entry, b->occurred[i]);
 	}
 }
 
@@ -257,21 +298,6 @@ claim_batch_keys(TrackBatch *b)
 		b->counted[i] = !(b->keys && b->keys[i]) ||
 			fm_claim_key(b->tenants[i], b->keys[i], 0, b->meters[i], b->amounts[i],
 						 b->occurred[i], b->period_starts[i], "track", NULL);
-}
-
-/* The limit of (tenant, meter), loaded once per batch. */
-static const FmLimit *
-batch_limit(TrackBatch *b, const char *tenant, const char *meter)
-{
-	char		hkey[FM_TENANT_METER_KEY_BYTES];
-	BatchLimitEntry *entry;
-	bool		found;
-
-	tenant_meter_key(hkey, tenant, meter);
-	entry = hash_search(b->limits, hkey, HASH_ENTER, &found);
-	if (!found)
-		fm_load_limit(tenant, meter, false, &entry->limit);
-	return &entry->limit;
 }
 
 /*
@@ -288,8 +314,10 @@ add_pool_events(TrackBatch *b)
 	int			total;
 	int			i;
 
+	if (!b->any_pool)
+		return;
 	for (i = 0; i < b->nnamed; i++)
-		if (b->counted[i] && fm_draws_from_pool(batch_limit(b, b->tenants[i], b->meters[i])))
+		if (b->counted[i] && fm_draws_from_pool(&b->event_limits[i]->limit))
 			extra++;
 	if (extra == 0)
 		return;
@@ -301,12 +329,12 @@ add_pool_events(TrackBatch *b)
 	if (b->keys)
 		b->keys = repalloc(b->keys, sizeof(char *) * total);
 	b->period_starts = repalloc(b->period_starts, sizeof(TimestampTz) * total);
+	b->event_limits = repalloc(b->event_limits, sizeof(BatchLimitEntry *) * total);
 	b->counted = repalloc(b->counted, sizeof(bool) * total);
 	for (i = 0; i < b->nnamed; i++)
 	{
-		const FmLimit *limit = batch_limit(b, b->tenants[i], b->meters[i]);
-		const FmLimit *pool_limit;
-		TimestampTz end;
+		const FmLimit *limit = &b->event_limits[i]->limit;
+		BatchLimitEntry *pool_entry;
 		int			j;
 
 		if (!b->counted[i] || !fm_draws_from_pool(limit))
@@ -318,9 +346,9 @@ add_pool_events(TrackBatch *b)
 		b->occurred[j] = b->occurred[i];
 		if (b->keys)
 			b->keys[j] = b->keys[i];
-		pool_limit = batch_limit(b, b->tenants[j], b->meters[j]);
-		fm_period_bounds(pool_limit->period, pool_limit->anchor, pool_limit->tz,
-						 b->occurred[j], &b->period_starts[j], &end);
+		pool_entry = batch_limit(b, b->tenants[j], b->meters[j]);
+		b->event_limits[j] = pool_entry;
+		b->period_starts[j] = batch_period_start(pool_entry, b->occurred[j]);
 		b->counted[j] = true;
 		if (b->keys && b->keys[j] &&
 			!fm_claim_key(b->tenants[j], b->keys[j], 1, b->meters[j], b->amounts[j],
@@ -340,8 +368,7 @@ group_counted_events(TrackBatch *b)
 	BatchGroupEntry **event_groups = palloc0(sizeof(BatchGroupEntry *) * b->n);
 	int			i;
 
-	b->groups = batch_hash("flagmeter batch groups", sizeof(BatchGroupKey),
-						   sizeof(BatchGroupEntry));
+	b->groups = batch_groups_hash();
 	b->ncounted = 0;
 	for (i = 0; i < b->n; i++)
 	{
@@ -352,16 +379,14 @@ group_counted_events(TrackBatch *b)
 		if (!b->counted[i])
 			continue;
 		b->ncounted++;
-		memset(&gkey, 0, sizeof(gkey));
-		tenant_meter_key(gkey.tenant_meter, b->tenants[i], b->meters[i]);
+		gkey.tenant_meter = b->event_limits[i];
 		gkey.period_start = b->period_starts[i];
 		group = hash_search(b->groups, &gkey, HASH_ENTER, &found);
 		if (!found)
 		{
 			group->first = i;
 			group->delta = fm_empty_counter();
-			group->limit = &((BatchLimitEntry *) hash_search(b->limits, gkey.tenant_meter,
-															 HASH_FIND, NULL))->limit;
+			group->limit = &b->event_limits[i]->limit;
 			group->keyed = false;
 			group->pending = false;
 			group->read_due = false;
@@ -495,15 +520,17 @@ add_group_increments(TrackBatch *b)
 			 (uint64) SPI_processed, ngroups);
 	for (r = 0; r < SPI_processed; r++)
 	{
+		FmTenantMeterKey lkey;
 		BatchGroupKey gkey;
 		bool		isnull;
 		HeapTuple	row = SPI_tuptable->vals[r];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 
-		memset(&gkey, 0, sizeof(gkey));
-		tenant_meter_key(gkey.tenant_meter,
-						 TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull)),
-						 TextDatumGetCString(SPI_getbinval(row, desc, 2, &isnull)));
+		lkey.tenant = TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull));
+		lkey.meter = TextDatumGetCString(SPI_getbinval(row, desc, 2, &isnull));
+		gkey.tenant_meter = hash_search(b->limits, &lkey, HASH_FIND, NULL);
+		if (gkey.tenant_meter == NULL)
+			elog(ERROR, "track_batch wrote a counter row it has no period for");
 		gkey.period_start = DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull));
 		group = hash_search(b->groups, &gkey, HASH_FIND, NULL);
 		if (group == NULL)
@@ -518,8 +545,10 @@ compare_groups(const void *a, const void *b)
 {
 	const BatchGroupEntry *x = *(BatchGroupEntry *const *) a;
 	const BatchGroupEntry *y = *(BatchGroupEntry *const *) b;
-	int			c = memcmp(x->key.tenant_meter, y->key.tenant_meter,
-						   FM_TENANT_METER_KEY_BYTES);
+	int			c = strcmp(x->key.tenant_meter->key.tenant, y->key.tenant_meter->key.tenant);
+
+	if (c == 0)
+		c = strcmp(x->key.tenant_meter->key.meter, y->key.tenant_meter->key.meter);
 
 	if (c != 0)
 		return c;

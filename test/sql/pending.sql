@@ -154,6 +154,22 @@ RESET flagmeter.one_write_track;
 SELECT track('hooli', 'calls', 5);
 SELECT used(usage('hooli', 'calls')) AS hooli_both_ways;
 
+-- An amount added and rolled back is not usage: it cannot make a later add
+-- overflow (the entry counts what did not roll back before refusing), in
+-- either call; a true overflow is still refused
+SET flagmeter.one_write_track = on;
+BEGIN;
+SELECT track('huge', 'calls', 9223372036854775000);
+ROLLBACK;
+SELECT track('huge', 'calls', 9223372036854775000),
+       track_batch(ARRAY['huge'], ARRAY['calls'], ARRAY[800]::bigint[]);
+SELECT used(usage('huge', 'calls')) AS huge_used;
+\set VERBOSITY terse
+SELECT track('huge', 'calls', 8);
+\set VERBOSITY default
+SELECT delete_usage('huge', NULL);
+RESET flagmeter.one_write_track;
+
 SELECT status, periods > 0 AS has_periods, added > 0 AS added, folded > 0 AS folded,
        rebuilt > 0 AS rebuilt, no_room
 FROM pending_usage_stats();
