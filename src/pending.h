@@ -29,11 +29,17 @@ extern bool fm_pending_track_enabled(const FmLimit *limit);
  * Add delta to the period's pending usage under this transaction; false
  * when the table has no room (the caller then writes a stripe).  On true,
  * *read_due says whether the period must be read for its alerts (the
- * entry's recheck figure, as a stripe's, was reached).
+ * entry's recheck figure, as a stripe's, was reached).  new_in_period:
+ * the caller knows this transaction holds no slot in the period (it added
+ * nothing pending before, fm_pending_xact_has_adds, and adds to each
+ * period once), so the period's slots are not searched for one of its own.
  */
 extern bool fm_pending_add(const char *tenant, const char *meter,
 						   TimestampTz period_start, const FmCounter *delta,
-						   const FmLimit *limit, bool *read_due);
+						   const FmLimit *limit, bool new_in_period, bool *read_due);
+
+/* whether this transaction added anything pending yet */
+extern bool fm_pending_xact_has_adds(void);
 
 /* After a read for alerts found used: the next figure to read at. */
 extern void fm_pending_set_recheck(const char *tenant, const char *meter,

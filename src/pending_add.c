@@ -71,18 +71,22 @@ fm_pending_track_enabled(const FmLimit *limit)
 }
 
 /*
- * The slot of (sub)transaction xid in e, or a new one; -1 when the
+ * The slot of (sub)transaction xid in e, or a new one (without looking when
+ * the caller knows there is none: a slot is a cache miss in shared memory,
+ * under the lock every writer of the period waits for); -1 when the
  * partition's pool has none left.  Under the partition's lock, exclusive.
  */
 static int32
-own_slot(int p, FmPendingEntry *e, TransactionId xid, FullTransactionId top)
+own_slot(int p, FmPendingEntry *e, TransactionId xid, FullTransactionId top,
+		 bool new_in_period)
 {
 	FmPendingSlot *slots = fm_pending_state->slots;
 	int32		s;
 
-	for (s = e->first_slot; s >= 0; s = slots[s].next)
-		if (slots[s].xid == xid)
-			return s;
+	if (!new_in_period)
+		for (s = e->first_slot; s >= 0; s = slots[s].next)
+			if (slots[s].xid == xid)
+				return s;
 
 	/*
 	 * Keep a period's slots few: those of transactions every snapshot sees
@@ -153,8 +157,15 @@ live_used(const FmPendingEntry *e, int64 *used)
 }
 
 bool
+fm_pending_xact_has_adds(void)
+{
+	return fm_pending_added_in_xact;
+}
+
+bool
 fm_pending_add(const char *tenant, const char *meter, TimestampTz period_start,
-			   const FmCounter *delta, const FmLimit *limit, bool *read_due)
+			   const FmCounter *delta, const FmLimit *limit, bool new_in_period,
+			   bool *read_due)
 {
 	int			p;
 	FmPendingEntry *e;
@@ -181,7 +192,7 @@ fm_pending_add(const char *tenant, const char *meter, TimestampTz period_start,
 		}
 		e->added_used = live;
 	}
-	s = own_slot(p, e, xid, top);
+	s = own_slot(p, e, xid, top, new_in_period);
 	if (s < 0)
 	{
 		if (entry_unused(e))

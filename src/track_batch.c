@@ -413,6 +413,9 @@ add_pending_groups(TrackBatch *b)
 	HASH_SEQ_STATUS scan;
 	BatchGroupEntry *group;
 
+	/* each group is a period of its own: none of them has a slot of ours */
+	bool		new_in_periods = !fm_pending_xact_has_adds();
+
 	hash_seq_init(&scan, b->groups);
 	while ((group = hash_seq_search(&scan)) != NULL)
 	{
@@ -422,7 +425,7 @@ add_pending_groups(TrackBatch *b)
 						group->key.period_start);
 		group->pending = fm_pending_add(b->tenants[group->first], b->meters[group->first],
 										group->key.period_start, &group->delta,
-										group->limit, &group->read_due);
+										group->limit, new_in_periods, &group->read_due);
 	}
 }
 

@@ -264,7 +264,8 @@ fm_write_event_alone(const char *tenant, const char *meter, int64 amount,
 	Datum		args[6];
 
 	if (!fm_pending_track_enabled(limit) ||
-		!fm_pending_add(tenant, meter, period_start, delta, limit, read_due))
+		!fm_pending_add(tenant, meter, period_start, delta, limit,
+						!fm_pending_xact_has_adds(), read_due))
 		return false;
 	event_args(args, tenant, meter, amount, occurred_at);
 	args[5] = TimestampTzGetDatum(period_start);

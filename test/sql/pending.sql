@@ -146,6 +146,20 @@ SELECT used(usage('batcher', 'calls')) AS own_uncommitted;
 ROLLBACK;
 SELECT used(usage('batcher', 'calls')) AS after_rollback;
 
+-- A transaction keeps one slot per period however many calls add to it: a
+-- batch that is the transaction's first add does not look for its slot in
+-- the periods (each of its groups is a period of its own), later calls do
+SELECT transactions AS slots_before FROM pending_usage_stats() \gset
+BEGIN;
+SELECT track_batch(ARRAY['slotted', 'slotted'], ARRAY['calls', 'calls'], ARRAY[1, 2]::bigint[]);
+SELECT track('slotted', 'calls', 3);
+SELECT track_batch(ARRAY['slotted'], ARRAY['calls'], ARRAY[4]::bigint[]);
+SELECT transactions - :slots_before AS slots_of_this_transaction,
+       used(usage('slotted', 'calls')) AS own_uncommitted
+FROM pending_usage_stats();
+COMMIT;
+SELECT used(usage('slotted', 'calls')) AS slotted_used;
+
 -- With one_write_track off, the same call writes a stripe; both count
 SET flagmeter.one_write_track = off;
 SELECT track('acme', 'calls', 0, '2026-01-05 00:00:00+00'), track('hooli', 'calls', 7);
