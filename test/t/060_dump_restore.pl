@@ -17,8 +17,13 @@
 #
 # "app" is dumped in the custom format and restored with pg_restore, "early"
 # as plain SQL and restored with psql, each into a fresh cluster, followed
-# by the documented flagmeter.after_restore().  Claims:
-#   - both restores finish without an error;
+# by the documented flagmeter.after_restore().  "app" is restored a second
+# time, into a third cluster, in parallel as the operations guide says
+# (pre-data; data with --jobs and --disable-triggers, the configuration
+# tables' foreign keys being checked by nobody while their rows arrive in
+# any order; post-data with --jobs), and everything below is claimed of
+# both of its restores.  Claims:
+#   - every restore finishes without an error;
 #   - maintain() refuses to fold with the source cluster's transaction ids
 #     until after_restore() has run, which works once;
 #   - the restored database answers as the source does: status, check,
@@ -193,21 +198,34 @@ sub snapshot
 # Is each aspect (or each one named) the same on both sides?
 sub same_answers
 {
-	my ($db, $when, $restored, @aspects) = @_;
+	my ($db, $when, $restored, $how, @aspects) = @_;
 	my $want = snapshot($source, $db);
 	my $got = snapshot($restored, $db);
 	@aspects = sort keys %$want unless @aspects;
 	for my $aspect (@aspects)
 	{
 		is($got->{$aspect}, $want->{$aspect},
-			"$db ($format{$db}): $aspect $when is as in the source");
+			"$db ($how): $aspect $when is as in the source");
 	}
 }
 
-my $target = PostgreSQL::Test::Cluster->new('target');
-$target->init;
-$target->append_conf('postgresql.conf', 'log_statement = none');
-$target->start;
+# Every restore, per database: [the cluster restored into, how].
+my %restores;
+my @targets;
+for my $name (qw(target parallel))
+{
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	push @targets, $node;
+	$node->init;
+	$node->append_conf('postgresql.conf', 'log_statement = none');
+	$node->start;
+	for my $db (sort keys %format)
+	{
+		next if $name eq 'parallel' && $format{$db} ne 'custom';
+		push @{ $restores{$db} },
+		  [ $node, $name eq 'parallel' ? 'custom, pg_restore in parallel' : $format{$db} ];
+	}
+}
 
 my $dir = PostgreSQL::Test::Utils::tempdir;
 for my $db (sort keys %format)
@@ -217,39 +235,64 @@ for my $db (sort keys %format)
 		'--file', $file, $db);
 	is($rc, 0, "$db: pg_dump --format $format{$db} succeeds") or diag($err);
 
-	$target->safe_psql('postgres', "CREATE DATABASE $db");
-	if ($format{$db} eq 'custom')
+	for my $restore (@{ $restores{$db} })
 	{
-		($rc, $out, $err) = run('pg_restore', conn($target), '--dbname', $db, $file);
-		is($rc, 0, "$db: pg_restore succeeds");
-		is($err, '', "$db: pg_restore reports no error");
+		my ($target, $how) = @$restore;
+		$target->safe_psql('postgres', "CREATE DATABASE $db");
+		if ($how =~ /parallel/)
+		{
+			# the three steps of docs/guides/operations.md, "Backup and restore"
+			for my $step (['--section=pre-data'],
+				[ '--section=data', '--jobs=2', '--disable-triggers' ],
+				[ '--section=post-data', '--jobs=2' ])
+			{
+				($rc, $out, $err) = run('pg_restore', conn($target), @$step, '--dbname', $db,
+					$file);
+				is($rc, 0, "$db: pg_restore @$step succeeds");
+				is($err, '', "$db: pg_restore @$step reports no error");
+				note "$db restore errors:\n$err" if $err ne '';
+			}
+		}
+		elsif ($format{$db} eq 'custom')
+		{
+			($rc, $out, $err) = run('pg_restore', conn($target), '--dbname', $db, $file);
+			is($rc, 0, "$db: pg_restore succeeds");
+			is($err, '', "$db: pg_restore reports no error");
+		}
+		else
+		{
+			($rc, $out, $err) = run('psql', '-X', '-q', conn($target), '--dbname', $db,
+				'--file', $file);
+			is($rc, 0, "$db: psql runs the plain dump");
+			unlike($err, qr/ERROR/, "$db: the plain dump restores without an error");
+		}
+		note "$db restore errors:\n$err" if $err ne '';
 	}
-	else
-	{
-		($rc, $out, $err) = run('psql', '-X', '-q', conn($target), '--dbname', $db,
-			'--file', $file);
-		is($rc, 0, "$db: psql runs the plain dump");
-		unlike($err, qr/ERROR/, "$db: the plain dump restores without an error");
-	}
-	note "$db restore errors:\n$err" if $err ne '';
 }
 
+# Each phase acts on the source once and on every restore of the database.
 for my $db (sort keys %format)
 {
+	my @restores = @{ $restores{$db} };
+
 	# The documented step after a restore: the fold watermark and the events'
 	# transaction ids came from the source cluster; maintain() refuses to run
 	# on them, after_restore() folds what was pending and renumbers them.
-	my ($rc, $out, $err) = $target->psql($db, 'SELECT flagmeter.maintain()');
-	isnt($rc, 0, "$db: maintain() refuses to run on ids from another cluster");
-	like($err, qr/HINT:.*flagmeter\.after_restore\(\)/, "$db: and says to run after_restore()");
-	is($target->safe_psql($db, 'SELECT events_folded >= 0 FROM flagmeter.after_restore()'),
-		't', "$db: after_restore() runs once");
-	($rc, $out, $err) = $target->psql($db, 'SELECT flagmeter.after_restore()');
-	isnt($rc, 0, "$db: and not twice");
+	for my $restore (@restores)
+	{
+		my ($target, $how) = @$restore;
+		my ($rc, $out, $err) = $target->psql($db, 'SELECT flagmeter.maintain()');
+		isnt($rc, 0, "$db ($how): maintain() refuses to run on ids from another cluster");
+		like($err, qr/HINT:.*flagmeter\.after_restore\(\)/,
+			"$db ($how): and says to run after_restore()");
+		is($target->safe_psql($db, 'SELECT events_folded >= 0 FROM flagmeter.after_restore()'),
+			't', "$db ($how): after_restore() runs once");
+		($rc, $out, $err) = $target->psql($db, 'SELECT flagmeter.after_restore()');
+		isnt($rc, 0, "$db ($how): and not twice");
+	}
 	# the source folds the same pending events, so both sides compare
 	$source->safe_psql($db, 'SELECT flagmeter.maintain()');
-
-	same_answers($db, 'after the restore', $target);
+	same_answers($db, 'after the restore', @$_) for @restores;
 
 	# Retried keys, on both sides: nothing is recorded again.
 	my $retries = q{
@@ -266,15 +309,20 @@ for my $db (sort keys %format)
 	my $want = "false 0 false false false\n13";
 	is($source->safe_psql($db, $retries), $want,
 		"$db: in the source, retried keys record nothing and return the first decisions");
-	is($target->safe_psql($db, $retries), $want,
-		"$db: in the restored database, retried keys record nothing and return the first decisions"
-	);
-	same_answers($db, 'after retrying keys', $target, qw(counts usage outbox));
+	for my $restore (@restores)
+	{
+		my ($target, $how) = @$restore;
+		is($target->safe_psql($db, $retries), $want,
+			"$db ($how): in the restored database, retried keys record nothing and return the first decisions"
+		);
+		same_answers($db, 'after retrying keys', $target, $how, qw(counts usage outbox));
+	}
 
 	# The same new usage on both sides, then maintain().
 	my $at = $source->safe_psql('postgres', 'SELECT now()');
-	my $before = $target->safe_psql($db, qq{
-		SELECT sum(used) FROM flagmeter.usage_series('umbrella', 'calls', '$t_from', '$t_to')});
+	my $series_sum = qq{
+		SELECT sum(used) FROM flagmeter.usage_series('umbrella', 'calls', '$t_from', '$t_to')};
+	my %before = map { $_->[1] => $_->[0]->safe_psql($db, $series_sum) } @restores;
 	my $new_usage = qq{
 		SELECT flagmeter.track('umbrella', 'calls', 7, '$at', 'new-1');
 		SELECT flagmeter.track_batch(ARRAY['umbrella', 'globex'], ARRAY['tokens', 'tokens'],
@@ -282,37 +330,44 @@ for my $db (sort keys %format)
 		SELECT flagmeter.void('umbrella', 'umbrella-late3');
 	};
 	$source->safe_psql($db, $new_usage);
-	$target->safe_psql($db, $new_usage);
-	is( $target->safe_psql($db, qq{
-			SELECT sum(used) FROM flagmeter.usage_series('umbrella', 'calls', '$t_from', '$t_to')}),
-		$before + 7 - 3,
-		"$db: in the restored database, new usage and a void show in usage_series at once");
+	for my $restore (@restores)
+	{
+		my ($target, $how) = @$restore;
+		$target->safe_psql($db, $new_usage);
+		is($target->safe_psql($db, $series_sum), $before{$how} + 7 - 3,
+			"$db ($how): in the restored database, new usage and a void show in usage_series at once"
+		);
+	}
 
 	$source->safe_psql($db, 'SELECT flagmeter.maintain()');
-	($rc, $out, $err) = $target->psql($db, 'SELECT flagmeter.maintain()');
-	is($rc, 0, "$db: maintain() runs in the restored database") or diag($err);
-	same_answers($db, 'after new usage and maintain()', $target);
+	for my $restore (@restores)
+	{
+		my ($target, $how) = @$restore;
+		my ($rc, $out, $err) = $target->psql($db, 'SELECT flagmeter.maintain()');
+		is($rc, 0, "$db ($how): maintain() runs in the restored database") or diag($err);
+		same_answers($db, 'after new usage and maintain()', $target, $how);
 
-	is( $target->safe_psql($db, q{
-			SELECT ((SELECT sum(amount) FROM flagmeter.events) - (SELECT sum(amount) FROM flagmeter.voids))
-			       || ' ' || ((SELECT count(*) FROM flagmeter.events) - (SELECT count(*) FROM flagmeter.voids))
-			       || ' ' || (SELECT pending_events + pending_voids FROM flagmeter.stats)}),
-		$target->safe_psql($db, q{
-			SELECT (SELECT sum(flagmeter.used(counter)) FROM flagmeter.rollup_hour)
-			       || ' ' || (SELECT sum(flagmeter.events(counter)) FROM flagmeter.rollup_hour)
-			       || ' 0'}),
-		"$db: in the restored database the rollups equal the raw events minus the voids, nothing pending"
-	);
+		is( $target->safe_psql($db, q{
+				SELECT ((SELECT sum(amount) FROM flagmeter.events) - (SELECT sum(amount) FROM flagmeter.voids))
+				       || ' ' || ((SELECT count(*) FROM flagmeter.events) - (SELECT count(*) FROM flagmeter.voids))
+				       || ' ' || (SELECT pending_events + pending_voids FROM flagmeter.stats)}),
+			$target->safe_psql($db, q{
+				SELECT (SELECT sum(flagmeter.used(counter)) FROM flagmeter.rollup_hour)
+				       || ' ' || (SELECT sum(flagmeter.events(counter)) FROM flagmeter.rollup_hour)
+				       || ' 0'}),
+			"$db ($how): in the restored database the rollups equal the raw events minus the voids, nothing pending"
+		);
 
-	# A consume in the restored database decides on the restored usage.
-	my ($used, $quota) = split /\|/, $target->safe_psql($db,
-		q{SELECT used, quota FROM flagmeter.status WHERE tenant = 'acme' AND meter = 'calls'});
-	is( $target->safe_psql($db,
-			q{SELECT granted || ' ' || used FROM flagmeter.consume('acme', 'calls', 4, 'new-c1')}),
-		$used + 4 <= $quota ? 'true ' . ($used + 4) : "false $used",
-		"$db: a new consume in the restored database counts from the restored usage");
+		# A consume in the restored database decides on the restored usage.
+		my ($used, $quota) = split /\|/, $target->safe_psql($db,
+			q{SELECT used, quota FROM flagmeter.status WHERE tenant = 'acme' AND meter = 'calls'});
+		is( $target->safe_psql($db,
+				q{SELECT granted || ' ' || used FROM flagmeter.consume('acme', 'calls', 4, 'new-c1')}),
+			$used + 4 <= $quota ? 'true ' . ($used + 4) : "false $used",
+			"$db ($how): a new consume in the restored database counts from the restored usage");
+	}
 }
 
-$target->stop;
+$_->stop for @targets;
 $source->stop;
 done_testing();
