@@ -196,7 +196,7 @@ run_workload() {
 PRELOAD_OFF=0
 
 restart_server() {
-	if ! run_as_pg pg_ctl -D "$FM_PGDATA" -l "$FM_TMP/server.log" -w -t 120 restart >/dev/null; then
+	if ! restart_bench_server; then
 		tail -n 50 "$FM_TMP/server.log" >&2 || true
 		fm_err "the server did not restart"
 		return 1

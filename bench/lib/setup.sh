@@ -7,6 +7,53 @@
 # Cluster
 # ---------------------------------------------------------------------------
 
+# The huge pages the machine had before --huge-pages reserved more, or
+# empty when it did not.
+HUGE_PAGES_BEFORE=
+
+# reserve_huge_pages: with --huge-pages and the server stopped, as many
+# 2 MB pages as its shared memory needs as configured now
+# (shared_memory_size_in_huge_pages), on top of what the machine had
+# reserved before the run.  The reservation holds memory away from every
+# other process of the machine until release_huge_pages gives it back.
+reserve_huge_pages() {
+	local file=/proc/sys/vm/nr_hugepages pages
+	((HUGE_PAGES)) || return 0
+	if ((EUID != 0)) || [[ ! -w $file ]]; then
+		fm_err "--huge-pages needs root (it writes $file)"
+		return 1
+	fi
+	pages=$(run_as_pg postgres -D "$FM_PGDATA" -C shared_memory_size_in_huge_pages) || return 1
+	if [[ -z $HUGE_PAGES_BEFORE ]]; then
+		HUGE_PAGES_BEFORE=$(cat "$file")
+	fi
+	echo $((HUGE_PAGES_BEFORE + pages)) >"$file"
+	if (($(cat "$file") < HUGE_PAGES_BEFORE + pages)); then
+		fm_err "huge pages: the kernel reserved $(cat "$file") of the $((HUGE_PAGES_BEFORE + pages)) asked for"
+		return 1
+	fi
+	fm_log "huge pages: $pages of 2 MB reserved for the server"
+}
+
+release_huge_pages() {
+	if [[ -n $HUGE_PAGES_BEFORE ]]; then
+		echo "$HUGE_PAGES_BEFORE" >/proc/sys/vm/nr_hugepages || true
+		HUGE_PAGES_BEFORE=
+	fi
+}
+
+# restart_bench_server: pg_ctl restart; with --huge-pages, stop, reserve the
+# pages the new settings need, start.
+restart_bench_server() {
+	if ((HUGE_PAGES)); then
+		run_as_pg pg_ctl -D "$FM_PGDATA" -w -t 120 stop -m fast >/dev/null &&
+			reserve_huge_pages &&
+			run_as_pg pg_ctl -D "$FM_PGDATA" -l "$FM_TMP/server.log" -w -t 120 start >/dev/null
+	else
+		run_as_pg pg_ctl -D "$FM_PGDATA" -l "$FM_TMP/server.log" -w -t 120 restart >/dev/null
+	fi
+}
+
 configure_cluster() {
 	fm_log "bench settings: appending to postgresql.conf and restarting"
 	cat >>"$FM_PGDATA/postgresql.conf" <<EOF
@@ -27,7 +74,10 @@ checkpoint_timeout = 30min
 # of live keys refused a new one (53400) within seconds.
 flagmeter.rate_limit_keys = $RATE_LIMIT_KEYS
 EOF
-	if ! run_as_pg pg_ctl -D "$FM_PGDATA" -l "$FM_TMP/server.log" -w -t 120 restart >/dev/null; then
+	if ((HUGE_PAGES)); then
+		echo "huge_pages = on" >>"$FM_PGDATA/postgresql.conf"
+	fi
+	if ! restart_bench_server; then
 		tail -n 50 "$FM_TMP/server.log" >&2 || true
 		fm_err "the server did not restart with the bench settings"
 		return 1
@@ -50,7 +100,8 @@ print_settings() {
 	        WHERE name IN ('server_version', 'shared_buffers', 'synchronous_commit', 'fsync',
 	                       'full_page_writes', 'wal_level', 'wal_buffers', 'commit_delay',
 	                       'max_wal_size', 'checkpoint_timeout', 'max_connections',
-	                       'shared_preload_libraries', 'autovacuum', 'default_transaction_isolation')
+	                       'shared_preload_libraries', 'autovacuum', 'default_transaction_isolation',
+	                       'huge_pages', 'shared_memory_size')
 	        ORDER BY name" | sed 's/^/  /'
 	stripes=$(run_as_pg psql -X -q -At -d "$DB" \
 		-c "LOAD 'flagmeter'" -c "SELECT current_setting('flagmeter.stripes', true)" 2>/dev/null ||
