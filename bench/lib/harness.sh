@@ -195,8 +195,20 @@ run_workload() {
 # workload that fails half-way.
 PRELOAD_OFF=0
 
+# restart_server: pg_ctl restart; with --huge-pages, stop, reserve the
+# pages the new settings need (reserve_huge_pages, setup.sh), start.
 restart_server() {
-	if ! restart_bench_server; then
+	local ok=0
+	if ((HUGE_PAGES)); then
+		run_as_pg pg_ctl -D "$FM_PGDATA" -w -t 120 stop -m fast >/dev/null &&
+			reserve_huge_pages &&
+			run_as_pg pg_ctl -D "$FM_PGDATA" -l "$FM_TMP/server.log" -w -t 120 start >/dev/null &&
+			ok=1
+	else
+		run_as_pg pg_ctl -D "$FM_PGDATA" -l "$FM_TMP/server.log" -w -t 120 restart >/dev/null &&
+			ok=1
+	fi
+	if ((!ok)); then
 		tail -n 50 "$FM_TMP/server.log" >&2 || true
 		fm_err "the server did not restart"
 		return 1

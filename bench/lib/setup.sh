@@ -42,18 +42,6 @@ release_huge_pages() {
 	fi
 }
 
-# restart_bench_server: pg_ctl restart; with --huge-pages, stop, reserve the
-# pages the new settings need, start.
-restart_bench_server() {
-	if ((HUGE_PAGES)); then
-		run_as_pg pg_ctl -D "$FM_PGDATA" -w -t 120 stop -m fast >/dev/null &&
-			reserve_huge_pages &&
-			run_as_pg pg_ctl -D "$FM_PGDATA" -l "$FM_TMP/server.log" -w -t 120 start >/dev/null
-	else
-		run_as_pg pg_ctl -D "$FM_PGDATA" -l "$FM_TMP/server.log" -w -t 120 restart >/dev/null
-	fi
-}
-
 configure_cluster() {
 	fm_log "bench settings: appending to postgresql.conf and restarting"
 	cat >>"$FM_PGDATA/postgresql.conf" <<EOF
@@ -77,11 +65,7 @@ EOF
 	if ((HUGE_PAGES)); then
 		echo "huge_pages = on" >>"$FM_PGDATA/postgresql.conf"
 	fi
-	if ! restart_bench_server; then
-		tail -n 50 "$FM_TMP/server.log" >&2 || true
-		fm_err "the server did not restart with the bench settings"
-		return 1
-	fi
+	restart_server || return 1
 }
 
 print_settings() {
