@@ -11,11 +11,13 @@
 
 #include "catalog/pg_type.h"
 #include "access/htup_details.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "mb/pg_wchar.h"
+#include "storage/lwlock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -48,6 +50,18 @@
  * the last change committed before that lock (recount_current_period
  * relies on this).
  *
+ * What a call loads in a snapshot taken before the caches were last emptied
+ * (a REPEATABLE READ transaction's, or a read-only call's statement snapshot,
+ * when the invalidation is taken after it) may be older than the change
+ * that emptied them: it is right for that call, and not kept.  Kept, it
+ * outlived its snapshot: the next transaction of the backend ran on the
+ * limit from before the change until the next change emptied the caches
+ * again (spec shared_limit_cache).  A snapshot shows every transaction that
+ * had ended when it was taken, so one taken when at least as many
+ * transactions had ended as when the caches were emptied shows every
+ * change committed by then (a change commits before its invalidation is
+ * sent).
+ *
  * Keys hold the names, not padded copies: a lookup's key points at the
  * caller's strings, and an entry's at copies in limit_cache_context.
  * Padded to their maximum lengths the keys were half of an entry (631 bytes
@@ -78,6 +92,9 @@ static MemoryContext limit_cache_context = NULL;
 
 /* the shared cache's generation when this backend's caches were emptied */
 static uint64 limit_cache_generation = 0;
+
+/* the count of ended transactions when this backend's caches were emptied */
+static uint64 limit_cache_emptied_at = 0;
 static Oid	watched_relids[9];
 
 /*
@@ -155,6 +172,22 @@ fm_limit_lookup_init(void)
 	CacheRegisterRelcacheCallback(limits_relcache_callback, (Datum) 0);
 }
 
+/*
+ * How many transactions with an id had ended, as a snapshot records it
+ * (snapXactCompletionCount): read under ProcArrayLock, as GetSnapshotData
+ * reads it.
+ */
+static uint64
+ended_transactions(void)
+{
+	uint64		n;
+
+	LWLockAcquire(ProcArrayLock, LW_SHARED);
+	n = FM_TRANSAM_VARIABLES->xactCompletionCount;
+	LWLockRelease(ProcArrayLock);
+	return n;
+}
+
 static void
 reset_limit_cache(void)
 {
@@ -186,8 +219,36 @@ reset_limit_cache(void)
 	for (i = 0; i < (int) lengthof(watched); i++)
 		watched_relids[i] = fm_relation_oid(watched[i]);
 	limit_cache_generation = fm_shared_limits_generation();
+	limit_cache_emptied_at = ended_transactions();
 	settings_loaded = false;
 	limit_cache_valid = true;
+}
+
+/*
+ * The snapshot a limit is loaded in, as a statement would have it: the
+ * caller's in read-only (STABLE) calls, else a fresh one (READ COMMITTED)
+ * or the transaction's.
+ */
+static Snapshot
+load_snapshot(bool read_only)
+{
+	return read_only ? GetActiveSnapshot() : GetTransactionSnapshot();
+}
+
+/*
+ * Whether what is loaded now, in load_snapshot(read_only) or the snapshot
+ * SPI takes the same way, may be kept in the caches: the snapshot shows
+ * every change committed before the caches were last emptied (see the top
+ * of the file).  A READ COMMITTED call that writes loads in a fresh one.
+ */
+static bool
+load_may_be_kept(bool read_only)
+{
+	if (!limit_cache_valid)
+		return false;
+	if (!read_only && !IsolationUsesXactSnapshot())
+		return true;
+	return load_snapshot(read_only)->snapXactCompletionCount >= limit_cache_emptied_at;
 }
 
 /*
@@ -242,8 +303,12 @@ load_settings(bool read_only)
 	late_events = late;
 	future_events = future;
 	window_start = 0;
-	/* an invalidation may have arrived while reading: then it is read again */
-	settings_loaded = limit_cache_valid;
+
+	/*
+	 * an invalidation may have arrived while reading, or the snapshot may
+	 * predate the last one: then it is read again
+	 */
+	settings_loaded = load_may_be_kept(read_only);
 }
 
 /* Whether calls for unassigned tenants are refused, cached like the limits. */
@@ -312,17 +377,6 @@ fm_load_limit(const char *tenant, const char *meter, bool read_only,
 						 "ids are compared exactly, case and spaces included.")));
 }
 
-/*
- * The snapshot a limit is loaded in, as a statement would have it: the
- * caller's in read-only (STABLE) calls, else a fresh one (READ COMMITTED)
- * or the transaction's.
- */
-static Snapshot
-load_snapshot(bool read_only)
-{
-	return read_only ? GetActiveSnapshot() : GetTransactionSnapshot();
-}
-
 /* tenant and meter copied into limit_cache_context, in one chunk */
 static const char *
 names_copy(const char *tenant, const char *meter, const char **meter_copy)
@@ -352,8 +406,10 @@ fm_load_limit_any(const char *tenant, const char *meter, bool read_only,
 	if (entry == NULL)
 	{
 		FmLimit		loaded;
+		bool		from_shared = fm_shared_limit_get(watched_relids[0], tenant, meter,
+													  &loaded);
 
-		if (!fm_shared_limit_get(watched_relids[0], tenant, meter, &loaded))
+		if (!from_shared)
 		{
 			/*
 			 * Shared only when loaded with this backend's plan cache of the
@@ -373,8 +429,14 @@ fm_load_limit_any(const char *tenant, const char *meter, bool read_only,
 			if (shareable)
 				fm_shared_limit_put(watched_relids[0], tenant, meter, generation, &loaded);
 		}
-		/* an invalidation may have arrived while loading: then do not keep it */
-		if (!limit_cache_valid)
+
+		/*
+		 * not kept when an invalidation arrived while loading, or the
+		 * snapshot predates the last one (the shared cache's generation
+		 * proves a shared entry current)
+		 */
+		if (!limit_cache_valid ||
+			(!from_shared && !load_may_be_kept(read_only)))
 		{
 			*limit = loaded;
 			return;
@@ -561,8 +623,11 @@ plan_limit(const char *plan, const char *tenant, const char *meter, bool read_on
 	}
 	SPI_finish();
 
-	/* an invalidation may have arrived while loading: then it is not kept */
-	if (!limit_cache_valid)
+	/*
+	 * not kept when an invalidation arrived while loading, or the snapshot
+	 * predates the last one
+	 */
+	if (!load_may_be_kept(read_only))
 	{
 		entry = palloc(sizeof(PlanLimitEntry));
 		*entry = loaded;

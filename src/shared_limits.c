@@ -32,7 +32,8 @@
  * snapshot whose xmin is at or past it saw every transaction that had an
  * id by then end, the changers among them, before it was taken.  A
  * snapshot older than that (a long transaction running across a change)
- * only keeps its limit in its own backend.  Before this, check over
+ * uses its limit in that call and shares it with no one (nor keeps it in
+ * its own backend: limit_lookup.c).  Before this, check over
  * 10 000 tenants read three catalog rows on each first meeting of a tenant
  * in each backend, a fifth of its time.
  *
