@@ -56,7 +56,7 @@
  * that emptied them: it is right for that call, and not kept.  Kept, it
  * outlived its snapshot: the next transaction of the backend ran on the
  * limit from before the change until the next change emptied the caches
- * again (spec shared_limit_cache).  A snapshot shows every transaction that
+ * again (spec limit_change).  A snapshot shows every transaction that
  * had ended when it was taken, so one taken when at least as many
  * transactions had ended as when the caches were emptied shows every
  * change committed by then (a change commits before its invalidation is
@@ -435,8 +435,7 @@ fm_load_limit_any(const char *tenant, const char *meter, bool read_only,
 		 * snapshot predates the last one (the shared cache's generation
 		 * proves a shared entry current)
 		 */
-		if (!limit_cache_valid ||
-			(!from_shared && !load_may_be_kept(read_only)))
+		if (from_shared ? !limit_cache_valid : !load_may_be_kept(read_only))
 		{
 			*limit = loaded;
 			return;
