@@ -51,12 +51,14 @@ SELECT track('ob-old', 'api_calls', 5, now() - interval '1 day'),
        track('ob-old', 'api_calls', 7, now() - interval '1 minute'),
        track('ol-old', 'api_calls', 5, now() - interval '1 day'),
        track('ol-old', 'api_calls', 7, now() - interval '1 minute');
-SELECT assign_plan_batch(ARRAY['ob-3', 'ob-old', 'ob-1', 'ob-2'], 'daily', now() - interval '2 hours');
-SELECT assign_plan(t, 'daily', now() - interval '2 hours') FROM unnest(ARRAY['ol-3', 'ol-old', 'ol-1', 'ol-2']) t;
+-- one anchor for both: two statements' now() can fall in different minutes
+CREATE TEMP TABLE daily_anchor AS SELECT now() - interval '2 hours' AS anchor;
+SELECT assign_plan_batch(ARRAY['ob-3', 'ob-old', 'ob-1', 'ob-2'], 'daily', (SELECT anchor FROM daily_anchor));
+SELECT assign_plan(t, 'daily', (SELECT anchor FROM daily_anchor)) FROM unnest(ARRAY['ol-3', 'ol-old', 'ol-1', 'ol-2']) t;
 
 -- the same rows, plans, periods and usage
 SELECT substr(t.tenant, 4) AS tenant, t.plan, t.timezone,
-       date_trunc('minute', t.anchor) = date_trunc('minute', l.anchor) AS same_anchor,
+       t.anchor = l.anchor AS same_anchor,
        (SELECT used FROM flagmeter.check(t.tenant, 'api_calls')) AS used,
        (SELECT used FROM flagmeter.check(l.tenant, 'api_calls')) AS used_by_loop
 FROM tenants t JOIN tenants l ON l.tenant = 'ol-' || substr(t.tenant, 4)
@@ -94,22 +96,38 @@ SELECT count(*) AS plan_changed FROM outbox WHERE kind = 'plan_changed' AND tena
 
 -- 20 000 events of 200 other tenants, folded by maintain(), then new
 -- tenants assigned one by one (past the five custom plans a PL/pgSQL
--- statement starts with) and by the batch: the events' tables and indexes
--- must not be read at all, so the calls cost the same with 10 or 10 000 000
+-- statement starts with) and by the batch: not one event row or index
+-- entry may be read, so the calls cost the same with 10 or 10 000 000
 -- events.  (Once, has_pending_events() read the events with a generic plan
 -- that could not use an index: two sequential scans of the history per
--- assign_plan.)
+-- assign_plan.)  Scans are not counted: once the empty partitions of the
+-- coming days have statistics, the planner may scan them rather than probe
+-- their indexes, and that reads nothing.
 SELECT assign_plan_batch(array_agg('oh-' || i), 'pro') FROM generate_series(0, 199) i;
 SELECT sum(track_batch(ts, ms, am)) AS tracked FROM (
 	SELECT array_agg('oh-' || (i % 200)) ts, array_agg('api_calls'::text) ms, array_agg(1::bigint) am
 	FROM generate_series(1, 20000) i GROUP BY i / 1000) s;
-SELECT maintain() IS NOT NULL AS maintained;
+-- maintain() folds the events of transactions older than the oldest one
+-- running in the cluster, so any transaction elsewhere (an autovacuum
+-- ANALYZE writing its statistics, say) can leave this history pending for
+-- a moment, and a tenant's pending events are found by an index probe
+-- (current_period_has_usage): fold until nothing is pending, since the
+-- claim is about a folded history.
+DO $$
+BEGIN
+	FOR attempt IN 1..300 LOOP
+		PERFORM flagmeter.maintain();
+		COMMIT;
+		EXIT WHEN NOT flagmeter.has_pending_events(NULL, 'api_calls');
+		PERFORM pg_sleep(0.1);
+	END LOOP;
+END $$;
+SELECT has_pending_events(NULL, 'api_calls') AS pending_after_maintain;
 -- the statistics of what came before, sent when this statement ends
 SELECT pg_stat_force_next_flush();
 
 CREATE TEMP TABLE events_read_before AS
-SELECT sum(COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0)) AS tuples,
-       sum(COALESCE(seq_scan, 0)) AS seq_scans
+SELECT sum(COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0)) AS tuples
 FROM pg_stat_user_tables WHERE schemaname = 'flagmeter' AND relname LIKE 'events%';
 CREATE TEMP TABLE index_read_before AS
 SELECT sum(idx_tup_read) AS entries FROM pg_stat_user_indexes
@@ -121,10 +139,8 @@ SELECT set_limit('pro', 'api_calls', 2000, 'month', 'hard', '{50,100}');
 
 -- the statistics of the calls, sent when this statement ends
 SELECT pg_stat_force_next_flush();
-SELECT s.tuples - b.tuples AS event_rows_read, s.seq_scans - b.seq_scans AS seq_scans_of_events,
-       i.entries - ib.entries AS index_entries_read
-FROM (SELECT sum(COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0)) AS tuples,
-             sum(COALESCE(seq_scan, 0)) AS seq_scans
+SELECT s.tuples - b.tuples AS event_rows_read, i.entries - ib.entries AS index_entries_read
+FROM (SELECT sum(COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0)) AS tuples
       FROM pg_stat_user_tables WHERE schemaname = 'flagmeter' AND relname LIKE 'events%') s,
      (SELECT sum(idx_tup_read) AS entries FROM pg_stat_user_indexes
       WHERE schemaname = 'flagmeter' AND relname LIKE 'events%') i,
