@@ -31,13 +31,10 @@
  * before).
  */
 #define FM_MY_BACKEND_NUMBER MyProcNumber
-/* 17 renamed ShmemVariableCache (struct VariableCacheData) to TransamVariables */
-#define FM_TRANSAM_VARIABLES TransamVariables
 #define FM_MY_LOCAL_XID (MyProc->vxid.lxid)
 #define fm_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode), false)
 #else
 #define FM_MY_BACKEND_NUMBER MyBackendId
-#define FM_TRANSAM_VARIABLES ShmemVariableCache
 #define FM_MY_LOCAL_XID (MyProc->lxid)
 #define fm_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode))
 #endif

@@ -17,7 +17,6 @@
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "mb/pg_wchar.h"
-#include "storage/lwlock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -56,11 +55,14 @@
  * that emptied them: it is right for that call, and not kept.  Kept, it
  * outlived its snapshot: the next transaction of the backend ran on the
  * limit from before the change until the next change emptied the caches
- * again (spec limit_change).  A snapshot shows every transaction that
- * had ended when it was taken, so one taken when at least as many
- * transactions had ended as when the caches were emptied shows every
- * change committed by then (a change commits before its invalidation is
- * sent).
+ * again (spec limit_change).  So the caches remember which transactions
+ * had ended when they were emptied, as a snapshot taken then saw them, and
+ * keep a load only when its snapshot shows every one of them ended: then it
+ * shows every change committed by then (a change commits, and leaves the
+ * running transactions, before its invalidation is sent).  The comparison
+ * is by transaction ids (xmax and the running ids): the count of ended
+ * transactions a snapshot records (snapXactCompletionCount) is zeroed in
+ * its copies, and a read-only call's active snapshot is one.
  *
  * Keys hold the names, not padded copies: a lookup's key points at the
  * caller's strings, and an entry's at copies in limit_cache_context.
@@ -93,8 +95,19 @@ static MemoryContext limit_cache_context = NULL;
 /* the shared cache's generation when this backend's caches were emptied */
 static uint64 limit_cache_generation = 0;
 
-/* the count of ended transactions when this backend's caches were emptied */
-static uint64 limit_cache_emptied_at = 0;
+/*
+ * The transactions that had ended when this backend's caches were emptied,
+ * as a snapshot taken then saw them: those below emptied_xmax but the
+ * emptied_xip ones (sorted, in limit_cache_context), which were running.
+ * When those are not known (a parallel worker, which may not take a
+ * snapshot, or a standby's snapshot, whose running ids are kept another
+ * way), only a snapshot whose xmin is at emptied_xmax or past it is known
+ * to show them all.
+ */
+static TransactionId emptied_xmax = InvalidTransactionId;
+static TransactionId *emptied_xip = NULL;
+static uint32 emptied_xcnt = 0;
+static bool emptied_xip_known = false;
 static Oid	watched_relids[9];
 
 /*
@@ -172,20 +185,59 @@ fm_limit_lookup_init(void)
 	CacheRegisterRelcacheCallback(limits_relcache_callback, (Datum) 0);
 }
 
-/*
- * How many transactions with an id had ended, as a snapshot records it
- * (snapXactCompletionCount): read under ProcArrayLock, as GetSnapshotData
- * reads it.
- */
-static uint64
-ended_transactions(void)
+/* Remember which transactions have ended, now that the caches are empty. */
+static void
+remember_ended_transactions(void)
 {
-	uint64		n;
+	Snapshot	now;
 
-	LWLockAcquire(ProcArrayLock, LW_SHARED);
-	n = FM_TRANSAM_VARIABLES->xactCompletionCount;
-	LWLockRelease(ProcArrayLock);
-	return n;
+	emptied_xip = NULL;
+	emptied_xcnt = 0;
+	if (IsInParallelMode())
+	{
+		emptied_xmax = ReadNextTransactionId();
+		emptied_xip_known = false;
+		return;
+	}
+	now = GetLatestSnapshot();
+	emptied_xmax = now->xmax;
+	emptied_xip_known = !now->takenDuringRecovery;
+	if (!emptied_xip_known)
+		return;
+	emptied_xcnt = now->xcnt;
+	emptied_xip = MemoryContextAlloc(limit_cache_context,
+									 Max(emptied_xcnt, 1) * sizeof(TransactionId));
+	memcpy(emptied_xip, now->xip, emptied_xcnt * sizeof(TransactionId));
+	qsort(emptied_xip, emptied_xcnt, sizeof(TransactionId), xidComparator);
+}
+
+/*
+ * Whether a snapshot shows every transaction that had ended when the caches
+ * were emptied: it was taken no earlier than the snapshot remembered then
+ * (xmax), and each transaction it sees running, below that xmax, was
+ * running then too.  Ids are compared modulo 2^32, as PostgreSQL does:
+ * the caches are emptied long before that wraps (an anti-wraparound vacuum
+ * of a watched table sends an invalidation).
+ */
+static bool
+shows_ended_transactions(Snapshot snapshot)
+{
+	uint32		i;
+
+	if (!emptied_xip_known || snapshot->takenDuringRecovery)
+		return TransactionIdFollowsOrEquals(snapshot->xmin, emptied_xmax);
+	if (TransactionIdPrecedes(snapshot->xmax, emptied_xmax))
+		return false;
+	for (i = 0; i < snapshot->xcnt; i++)
+	{
+		TransactionId xid = snapshot->xip[i];
+
+		if (TransactionIdPrecedes(xid, emptied_xmax) &&
+			bsearch(&xid, emptied_xip, emptied_xcnt, sizeof(TransactionId),
+					xidComparator) == NULL)
+			return false;
+	}
+	return true;
 }
 
 static void
@@ -219,7 +271,7 @@ reset_limit_cache(void)
 	for (i = 0; i < (int) lengthof(watched); i++)
 		watched_relids[i] = fm_relation_oid(watched[i]);
 	limit_cache_generation = fm_shared_limits_generation();
-	limit_cache_emptied_at = ended_transactions();
+	remember_ended_transactions();
 	settings_loaded = false;
 	limit_cache_valid = true;
 }
@@ -248,7 +300,7 @@ load_may_be_kept(bool read_only)
 		return false;
 	if (!read_only && !IsolationUsesXactSnapshot())
 		return true;
-	return load_snapshot(read_only)->snapXactCompletionCount >= limit_cache_emptied_at;
+	return shows_ended_transactions(load_snapshot(read_only));
 }
 
 /*
