@@ -99,7 +99,7 @@ static uint64 limit_cache_generation = 0;
  * The transactions that had ended when this backend's caches were emptied,
  * as a snapshot taken then saw them: those below emptied_xmax but the
  * emptied_xip ones (sorted, in limit_cache_context), which were running.
- * When those are not known (a parallel worker, which may not take a
+ * When those are not known (NULL: a parallel worker, which may not take a
  * snapshot, or a standby's snapshot, whose running ids are kept another
  * way), only a snapshot whose xmin is at emptied_xmax or past it is known
  * to show them all.
@@ -107,7 +107,6 @@ static uint64 limit_cache_generation = 0;
 static TransactionId emptied_xmax = InvalidTransactionId;
 static TransactionId *emptied_xip = NULL;
 static uint32 emptied_xcnt = 0;
-static bool emptied_xip_known = false;
 static Oid	watched_relids[9];
 
 /*
@@ -196,15 +195,14 @@ remember_ended_transactions(void)
 	if (IsInParallelMode())
 	{
 		emptied_xmax = ReadNextTransactionId();
-		emptied_xip_known = false;
 		return;
 	}
 	now = GetLatestSnapshot();
 	emptied_xmax = now->xmax;
-	emptied_xip_known = !now->takenDuringRecovery;
-	if (!emptied_xip_known)
+	if (now->takenDuringRecovery)
 		return;
 	emptied_xcnt = now->xcnt;
+	/* at least one id's room: NULL would say the ids are not known */
 	emptied_xip = MemoryContextAlloc(limit_cache_context,
 									 Max(emptied_xcnt, 1) * sizeof(TransactionId));
 	memcpy(emptied_xip, now->xip, emptied_xcnt * sizeof(TransactionId));
@@ -224,7 +222,7 @@ shows_ended_transactions(Snapshot snapshot)
 {
 	uint32		i;
 
-	if (!emptied_xip_known || snapshot->takenDuringRecovery)
+	if (emptied_xip == NULL || snapshot->takenDuringRecovery)
 		return TransactionIdFollowsOrEquals(snapshot->xmin, emptied_xmax);
 	if (TransactionIdPrecedes(snapshot->xmax, emptied_xmax))
 		return false;
